@@ -1,0 +1,105 @@
+// tessera/backend/cpu/elementwise.hpp - the CPU map kernel: n-ary elementwise over broadcast
+// strided operands, SIMD where the functor allows it, OpenMP over large work.
+#pragma once
+
+#include <concepts>
+#include <type_traits>
+
+#include "../../core/storage.hpp"
+#include "../../detail/layout.hpp"
+#include "parallel.hpp"
+#include "../../ops/functors.hpp"
+#include "simd/vec.hpp"
+
+TESSERA_BEGIN_NAMESPACE
+namespace detail {
+
+/// Element-operations one call of F costs, for the serial/parallel decision: functors with
+/// transcendental math declare `static constexpr int cost`.
+template <class F>
+constexpr int functor_cost() {
+  return fn::cost_of<F>();
+}
+
+/// True when map may call F on SIMD packs of T: F opts in with `static constexpr bool simd =
+/// true` (the library's functors, or user code through tessera::vectorized) and accepts packs
+/// for every operand. Generic user lambdas are never probed, because instantiating one with a
+/// pack type it cannot handle is a hard error, not a substitution failure.
+template <class F, class Out, class... In>
+constexpr bool simd_callable() {
+  if constexpr (!fn::simd_of<F>() || !(std::is_same_v<In, Out> && ...)) return false;
+  else if constexpr (!simd::available<Out>) return false;
+  else return std::is_same_v<std::invoke_result_t<const F&, decltype((void)sizeof(In), simd::vec<Out>{})...>,
+                             simd::vec<Out>>;
+}
+
+/// One row of the iteration space: out[i*so] = f(in_k[i*s_k]...), i in [0, len).
+template <class Out, class F, class... In, size_t... K>
+void map_row(const F& f, Out* o, int64_t so, const int64_t* s, int64_t len,
+             std::index_sequence<K...>, const In*... p) {
+  if constexpr (simd_callable<F, Out, In...>()) {
+    using V = simd::vec<Out>;
+    if (so == 1 && ((s[K] == 0 || s[K] == 1) && ...)) {
+      int64_t i = 0;
+      // A stride-0 operand is one value for the whole row: broadcast it once.
+      const V bc[] = {V::broadcast(*p)..., V::broadcast(Out{})};
+      for (; i + V::width <= len; i += V::width) {
+        const V r = f((s[K] ? V::load(p + i) : bc[K])...);
+        r.store(o + i);
+      }
+      for (; i < len; ++i) o[i] = static_cast<Out>(f(p[i * s[K]]...));
+      return;
+    }
+  }
+  if (so == 1 && ((s[K] == 1) && ...)) {
+#pragma omp simd
+    for (int64_t i = 0; i < len; ++i) o[i] = static_cast<Out>(f(p[i]...));
+  } else {
+    for (int64_t i = 0; i < len; ++i) o[i * so] = static_cast<Out>(f(p[i * s[K]]...));
+  }
+}
+
+}  // namespace detail
+
+namespace backend {
+
+template <>
+struct map_kernel<cpu> {
+  /// out[i] = static_cast<Out>(f(in[i]...)) over out's shape; inputs arrive broadcast to it.
+  /// Rows of the coalesced iteration space are split across threads when the work is large.
+  template <class Out, class F, class... In>
+  static void run(const F& f, detail::strided<Out> out, detail::strided<const In>... in) {
+    constexpr int N = 1 + sizeof...(In);
+    if (out.shape.numel() == 0) return;
+    const detail::loop_nest<N> nest(out.shape, {&out.strides, &in.strides...});
+    const int64_t len = nest.inner(), rows = nest.outer();
+    const int64_t so = nest.rank ? nest.strides[0][nest.rank - 1] : 1;
+    int64_t s[N > 1 ? N - 1 : 1] = {};
+    for (int k = 1; k < N; ++k) s[k - 1] = nest.rank ? nest.strides[k][nest.rank - 1] : 1;
+    constexpr int cost = detail::functor_cost<F>();
+    constexpr auto seq = std::index_sequence_for<In...>{};
+    // Pointers of every operand advanced by `off` elements, expanded in lockstep with In.
+    auto row = [&]<size_t... K>(std::index_sequence<K...>, int64_t off_out, const int64_t* off_in,
+                                int64_t n) {
+      detail::map_row<Out>(f, out.data + off_out, so, s, n, seq, (in.data + off_in[K])...);
+    };
+    if (rows == 1) {
+      detail::parallel_for(len, cost, [&](int64_t b, int64_t e) {
+        int64_t off[N > 1 ? N - 1 : 1];
+        for (int k = 0; k + 1 < N; ++k) off[k] = b * s[k];
+        row(seq, b * so, off, e - b);
+      });
+      return;
+    }
+    detail::parallel_for(rows, len * cost, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        int64_t off[N];
+        nest.row_offsets(r, off);
+        row(seq, off[0], off + 1, len);
+      }
+    });
+  }
+};
+
+}  // namespace backend
+TESSERA_END_NAMESPACE

@@ -1,0 +1,223 @@
+// tessera/backend/cpu/reduce.hpp - the CPU reduction kernel: any set of axes, accurate
+// (blocked + pairwise) and deterministic for any thread count.
+#pragma once
+
+#include <vector>
+
+#include "../../core/storage.hpp"
+#include "../../detail/layout.hpp"
+#include "parallel.hpp"
+
+TESSERA_BEGIN_NAMESPACE
+namespace detail {
+
+/// Pairwise combination of a stream of partial results in O(log n) space: a binary counter
+/// whose level l holds the combination of 2^l consecutive blocks. Rounding error then grows
+/// with log(blocks), and the result depends only on the block sequence, never on threads.
+template <class R>
+struct cascade {
+  using Acc = typename R::acc_type;
+  const R& red;
+  Acc slot[64];
+  uint64_t used = 0;
+  explicit cascade(const R& r) : red(r) {}
+  void push(Acc v) {
+    int l = 0;
+    for (; used >> l & 1; ++l) {
+      v = red.combine(slot[l], v);
+      used &= ~(uint64_t{1} << l);
+    }
+    slot[l] = v;
+    used |= uint64_t{1} << l;
+  }
+  Acc result() const {
+    Acc r = red.identity();
+    for (int l = 63; l >= 0; --l)
+      if (used >> l & 1) r = red.combine(r, slot[l]);
+    return r;
+  }
+};
+
+/// The reduced index space: coalesced extents/strides of the reduced dims of the input.
+struct reduced_space {
+  loop_nest<1> nest;
+  int64_t count;
+  reduced_space(const Shape& s, const Strides& st) : nest(s, {&st}), count(s.numel()) {}
+};
+
+inline constexpr int reduce_lanes = 16;        // independent accumulators per block
+inline constexpr int64_t reduce_block = 4096;  // elements per block (a cache-friendly 16 KiB)
+
+/// Reduces elements [t0, t1) of the reduced space of one output (base pointer p) into one
+/// accumulator: 16 interleaved lanes (vectorizable, and each lane sums at most 256 elements),
+/// combined pairwise.
+template <class R, class In>
+typename R::acc_type reduce_block_range(const R& red, const In* p, const reduced_space& rs,
+                                        int64_t t0, int64_t t1) {
+  using Acc = typename R::acc_type;
+  const auto& n = rs.nest;
+  const int64_t L = n.inner(), sL = n.rank ? n.strides[0][n.rank - 1] : 1;
+  Acc lanes[reduce_lanes];
+  for (auto& a : lanes) a = red.identity();
+  Acc tail = red.identity();
+  int64_t t = t0;
+  while (t < t1) {
+    // Position t in the reduced space: row (outer index) and column within the row.
+    const int64_t rrow = t / L, col = t % L;
+    int64_t off[1];
+    n.row_offsets(rrow, off);
+    const In* q = p + off[0] + col * sL;
+    const int64_t m = std::min(L - col, t1 - t);
+    int64_t i = 0;
+    if (sL == 1) {
+      for (; i + reduce_lanes <= m; i += reduce_lanes)
+        for (int j = 0; j < reduce_lanes; ++j) lanes[j] = red.step(lanes[j], q[i + j], t + i + j);
+    } else {
+      for (; i + reduce_lanes <= m; i += reduce_lanes)
+        for (int j = 0; j < reduce_lanes; ++j)
+          lanes[j] = red.step(lanes[j], q[(i + j) * sL], t + i + j);
+    }
+    for (; i < m; ++i) tail = red.step(tail, q[i * sL], t + i);
+    t += m;
+  }
+  for (int w = reduce_lanes / 2; w >= 1; w /= 2)
+    for (int j = 0; j < w; ++j) lanes[j] = red.combine(lanes[j], lanes[j + w]);
+  return red.combine(lanes[0], tail);
+}
+
+/// Whole reduction of one output, serially, block by block through the cascade.
+template <class R, class In>
+typename R::acc_type reduce_serial(const R& red, const In* p, const reduced_space& rs) {
+  if (rs.count <= reduce_block) return reduce_block_range(red, p, rs, 0, rs.count);
+  cascade<R> c(red);
+  for (int64_t t = 0; t < rs.count; t += reduce_block)
+    c.push(reduce_block_range(red, p, rs, t, std::min(t + reduce_block, rs.count)));
+  return c.result();
+}
+
+/// Column reduction: the innermost kept dim is contiguous in the input and the reduced dims
+/// are outer to it (sum over rows of [N, C]). Accumulators are kept for a tile of columns so
+/// the input streams through memory once; rows go in blocks of 64 through a per-column cascade.
+template <class R, class In, class Out>
+void reduce_columns(const R& red, const In* p, int64_t ncols, const reduced_space& rs, Out* o,
+                    int64_t so) {
+  using Acc = typename R::acc_type;
+  constexpr int64_t tile = 128, rows_per_block = 64;
+  const auto& n = rs.nest;
+  const int64_t nblocks = (rs.count + rows_per_block - 1) / rows_per_block;
+  std::vector<Acc> storage(static_cast<size_t>(tile) * 65);
+  Acc* part = storage.data();
+  Acc* slot = part + tile;  // 64 cascade levels of a tile each
+  for (int64_t c0 = 0; c0 < ncols; c0 += tile) {
+    const int64_t w = std::min(tile, ncols - c0);
+    uint64_t used = 0;
+    for (int64_t b = 0; b < nblocks; ++b) {
+      for (int64_t j = 0; j < w; ++j) part[j] = red.identity();
+      const int64_t r1 = std::min(rs.count, (b + 1) * rows_per_block);
+      for (int64_t r = b * rows_per_block; r < r1; ++r) {
+        int64_t off[1] = {0};
+        // Reduced dims are walked as rows; the innermost reduced dim is one of them here.
+        {
+          int64_t t = r;
+          for (int d = n.rank - 1; d >= 0; --d) {
+            off[0] += (t % n.shape[d]) * n.strides[0][d];
+            t /= n.shape[d];
+          }
+        }
+        const In* q = p + off[0] + c0;
+#pragma omp simd
+        for (int64_t j = 0; j < w; ++j) part[j] = red.step(part[j], q[j], r);
+      }
+      int l = 0;
+      for (; used >> l & 1; ++l) {
+        for (int64_t j = 0; j < w; ++j) part[j] = red.combine(slot[l * tile + j], part[j]);
+        used &= ~(uint64_t{1} << l);
+      }
+      for (int64_t j = 0; j < w; ++j) slot[l * tile + j] = part[j];
+      used |= uint64_t{1} << l;
+    }
+    for (int64_t j = 0; j < w; ++j) {
+      Acc r = red.identity();
+      for (int l = 63; l >= 0; --l)
+        if (used >> l & 1) r = red.combine(r, slot[l * tile + j]);
+      o[(c0 + j) * so] = red.finish(r);
+    }
+  }
+}
+
+}  // namespace detail
+
+namespace backend {
+
+template <>
+struct reduce_kernel<cpu> {
+  /// Reduces `in` over its trailing dims [kept, rank) into out (whose shape is in's first `kept`
+  /// extents), with reducer R: acc_type, identity(), step(acc, x, index), combine(a, b),
+  /// finish(acc) -> Out. `index` is the element's row-major position in the reduced dims.
+  template <class R, class In, class Out>
+  static void run(const R& red, detail::strided<const In> in, int kept, detail::strided<Out> out) {
+    const int64_t nout = out.shape.numel();
+    if (nout == 0) return;
+    Shape rshape;
+    Strides rstrides, kin;
+    for (int d = kept; d < in.shape.rank(); ++d) rshape.push_back(in.shape[d]), rstrides.push_back(in.strides[d]);
+    for (int d = 0; d < kept; ++d) kin.push_back(in.strides[d]);
+    const detail::reduced_space rs(rshape, rstrides);
+    const detail::loop_nest<2> outs(out.shape, {&kin, &out.strides});
+    const int64_t K = rs.count;
+    const int64_t inner_kept = outs.inner(), sin_kept = outs.rank ? outs.strides[0][outs.rank - 1] : 0;
+    const int64_t sL = rs.nest.rank ? rs.nest.strides[0][rs.nest.rank - 1] : 1;
+
+    // Column path: contiguous kept columns, reduced dims strided (sum over rows of [N, C]).
+    if (K > 0 && sin_kept == 1 && inner_kept >= 16 && sL != 1) {
+      const int64_t rows = outs.outer();
+      const int64_t tiles = (inner_kept + 127) / 128;
+      detail::parallel_for(rows * tiles, 128 * K, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          const int64_t r = i / tiles, c0 = (i % tiles) * 128;
+          int64_t off[2];
+          outs.row_offsets(r, off);
+          detail::reduce_columns(red, in.data + off[0] + c0, std::min<int64_t>(128, inner_kept - c0),
+                                 rs, out.data + off[1] + c0 * outs.strides[1][outs.rank - 1],
+                                 outs.strides[1][outs.rank - 1]);
+        }
+      });
+      return;
+    }
+    auto out_offsets = [&](int64_t o, int64_t (&off)[2]) {
+      const int64_t L = outs.inner();
+      outs.row_offsets(o / L, off);
+      const int64_t c = o % L;
+      if (outs.rank) off[0] += c * outs.strides[0][outs.rank - 1], off[1] += c * outs.strides[1][outs.rank - 1];
+    };
+    // Enough outputs to share among threads: each output reduced serially.
+    if (nout >= 4 * get_num_threads() || K < 2 * detail::parallel_grain) {
+      detail::parallel_for(nout, K, [&](int64_t b, int64_t e) {
+        for (int64_t o = b; o < e; ++o) {
+          int64_t off[2];
+          out_offsets(o, off);
+          out.data[off[1]] = red.finish(K ? detail::reduce_serial(red, in.data + off[0], rs) : red.identity());
+        }
+      });
+      return;
+    }
+    // Few outputs, long reductions: fixed-size blocks in parallel, combined in order.
+    const int64_t nblocks = (K + detail::reduce_block - 1) / detail::reduce_block;
+    std::vector<typename R::acc_type> parts(static_cast<size_t>(nblocks));
+    for (int64_t o = 0; o < nout; ++o) {
+      int64_t off[2];
+      out_offsets(o, off);
+      detail::parallel_for(nblocks, detail::reduce_block, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i)
+          parts[i] = detail::reduce_block_range(red, in.data + off[0], rs, i * detail::reduce_block,
+                                                std::min(K, (i + 1) * detail::reduce_block));
+      });
+      detail::cascade<R> c(red);
+      for (auto& v : parts) c.push(v);
+      out.data[off[1]] = red.finish(c.result());
+    }
+  }
+};
+
+}  // namespace backend
+TESSERA_END_NAMESPACE

@@ -1,0 +1,64 @@
+// tessera/backend/tags.hpp - backend tag types, the backend concept, and the kernel primary
+// templates each backend specialises.
+#pragma once
+
+#include <cstddef>
+#include <type_traits>
+
+#include "../config.hpp"
+
+TESSERA_BEGIN_NAMESPACE
+
+/// Host backend: SIMD + OpenMP kernels.
+struct cpu {};
+/// NVIDIA GPU backend; its kernels come with <tessera/cuda.hpp> (compiled by nvcc).
+struct cuda {};
+
+namespace backend {
+
+template <class B> inline constexpr bool always_false = false;
+
+/// Memory primitives of backend B: allocate/deallocate bytes, copy to/from host and within the
+/// device, and `host_accessible` (whether a CPU pointer dereference is valid). A backend
+/// specialises this; a user backend may inherit cpu's (see examples/custom_backend.cpp).
+template <class B>
+struct memory {
+  static_assert(always_false<B>,
+                "tessera: no memory<B> specialisation for this backend (for tessera::cuda, include "
+                "<tessera/cuda.hpp> and compile with nvcc)");
+};
+
+/// Elementwise kernels of backend B: `map` (n-ary, broadcast strides) and `fill`.
+template <class B>
+struct map_kernel {
+  static_assert(always_false<B>,
+                "tessera: backend has no map_kernel (elementwise ops); for tessera::cuda include "
+                "<tessera/cuda.hpp>");
+};
+
+/// Reduction kernels of backend B.
+template <class B>
+struct reduce_kernel {
+  static_assert(always_false<B>,
+                "tessera: backend has no reduce_kernel (sum/mean/min/max/...); for tessera::cuda "
+                "include <tessera/cuda.hpp>");
+};
+
+}  // namespace backend
+
+/// A backend tag: an empty type whose memory primitives are specialised.
+template <class B>
+concept backend_tag = std::is_empty_v<B> && requires(size_t n, void* p) {
+  { backend::memory<B>::allocate(n) } -> std::same_as<void*>;
+  backend::memory<B>::deallocate(p, n);
+  { backend::memory<B>::host_accessible } -> std::convertible_to<bool>;
+};
+
+#if defined(TESSERA_DEFAULT_BACKEND_CUDA)
+using default_backend = cuda;
+#else
+/// The backend `Tensor<T>` means when none is named (CMake option TESSERA_DEFAULT_BACKEND).
+using default_backend = cpu;
+#endif
+
+TESSERA_END_NAMESPACE

@@ -1,0 +1,46 @@
+// tessera/config.hpp - version, portability macros and the ABI namespace.
+#pragma once
+
+#define TESSERA_VERSION_MAJOR 0
+#define TESSERA_VERSION_MINOR 1
+#define TESSERA_VERSION_PATCH 0
+#define TESSERA_VERSION_STRING "0.1.0"
+
+// Functions usable from both host and device code (low-precision conversions, functors).
+#if defined(__CUDACC__)
+#define TESSERA_HOST_DEVICE __host__ __device__
+#define TESSERA_DEVICE __device__
+#else
+#define TESSERA_HOST_DEVICE
+#define TESSERA_DEVICE
+#endif
+
+#if defined(_MSC_VER)
+#define TESSERA_ALWAYS_INLINE __forceinline
+#else
+#define TESSERA_ALWAYS_INLINE inline __attribute__((always_inline))
+#endif
+
+// The default backend is a build option. Everything that depends on build options lives in an
+// inline namespace whose name spells them, so two translation units built with different options
+// fail to link instead of silently disagreeing (the Eigen macro pitfall).
+#if defined(TESSERA_DEFAULT_BACKEND_CUDA)
+#define TESSERA_ABI_BACKEND cuda
+#else
+#define TESSERA_ABI_BACKEND cpu
+#endif
+#if defined(_OPENMP)
+#define TESSERA_ABI_OMP omp
+#else
+#define TESSERA_ABI_OMP serial
+#endif
+#define TESSERA_ABI_CAT3_(a, b, c) a##_##b##_##c
+#define TESSERA_ABI_CAT3(a, b, c) TESSERA_ABI_CAT3_(a, b, c)
+#define TESSERA_ABI_NAMESPACE TESSERA_ABI_CAT3(v0, TESSERA_ABI_BACKEND, TESSERA_ABI_OMP)
+
+#define TESSERA_BEGIN_NAMESPACE \
+  namespace tessera {           \
+  inline namespace TESSERA_ABI_NAMESPACE {
+#define TESSERA_END_NAMESPACE \
+  }                           \
+  }

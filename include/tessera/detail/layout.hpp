@@ -1,0 +1,63 @@
+// tessera/detail/layout.hpp - dimension coalescing shared by every backend's kernels.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "../core/shape.hpp"
+
+TESSERA_BEGIN_NAMESPACE
+namespace detail {
+
+/// The iteration space of N operands of one shape: extents plus one stride list per operand,
+/// with size-1 dims dropped and adjacent dims merged wherever every operand allows it. A
+/// contiguous elementwise op over any rank becomes one flat loop; [N,C] + [C] becomes 2-D.
+template <int N>
+struct loop_nest {
+  int rank = 0;
+  int64_t shape[max_rank] = {};
+  int64_t strides[N][max_rank] = {};
+
+  loop_nest(const Shape& s, const std::array<const Strides*, N>& st) {
+    for (int d = 0; d < s.rank(); ++d) {
+      if (s[d] == 1) continue;
+      shape[rank] = s[d];
+      for (int k = 0; k < N; ++k) strides[k][rank] = (*st[k])[d];
+      ++rank;
+    }
+    // Merge dim i into i+1 (outer into inner) when, for every operand, stepping the outer dim
+    // once equals stepping the inner dim through its whole extent.
+    int w = 0;
+    for (int d = 1; d < rank; ++d) {
+      bool merge = true;
+      for (int k = 0; k < N; ++k) merge &= strides[k][w] == strides[k][d] * shape[d];
+      if (merge) {
+        shape[w] *= shape[d];
+        for (int k = 0; k < N; ++k) strides[k][w] = strides[k][d];
+      } else {
+        ++w;
+        shape[w] = shape[d];
+        for (int k = 0; k < N; ++k) strides[k][w] = strides[k][d];
+      }
+    }
+    if (rank > 0) rank = w + 1;
+  }
+  int64_t inner() const { return rank ? shape[rank - 1] : 1; }
+  int64_t outer() const {
+    int64_t n = 1;
+    for (int d = 0; d + 1 < rank; ++d) n *= shape[d];
+    return n;
+  }
+  /// Offsets of operand k at the start of outer row `row` (row-major over dims 0..rank-2).
+  void row_offsets(int64_t row, int64_t (&off)[N]) const {
+    for (int k = 0; k < N; ++k) off[k] = 0;
+    for (int d = rank - 2; d >= 0; --d) {
+      const int64_t i = row % shape[d];
+      row /= shape[d];
+      for (int k = 0; k < N; ++k) off[k] += i * strides[k][d];
+    }
+  }
+};
+
+}  // namespace detail
+TESSERA_END_NAMESPACE

@@ -1,0 +1,309 @@
+// tessera/ops/functors.hpp - the elementwise functors behind the named ops. Each is callable on
+// scalars in host and device code; those marked `simd` also accept CPU SIMD packs, which the map
+// kernel then uses. Functors with transcendental math declare their relative `cost`.
+#pragma once
+
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "../config.hpp"
+
+TESSERA_BEGIN_NAMESPACE
+namespace fn {
+
+template <class T>
+concept arith = std::is_arithmetic_v<T>;
+
+// Unary functors on a scalar type T (after the ops layer converted to the compute type) and,
+// where `simd` is set, on packs V for which the named vector function exists.
+#define TESSERA_UNARY_FN(NAME, COST, SCALAR_EXPR, VEC_EXPR)                           \
+  struct NAME {                                                                        \
+    static constexpr bool simd = true;                                                 \
+    static constexpr int cost = COST;                                                  \
+    template <arith T>                                                                 \
+    TESSERA_HOST_DEVICE T operator()(T x) const {                                      \
+      using std::abs, std::sqrt, std::exp, std::log, std::tanh, std::floor, std::ceil; \
+      return SCALAR_EXPR;                                                              \
+    }                                                                                  \
+    template <class V>                                                                 \
+      requires(!arith<V>) && requires(V x) { VEC_EXPR; }                               \
+    V operator()(V x) const {                                                          \
+      return VEC_EXPR;                                                                 \
+    }                                                                                  \
+  };
+
+TESSERA_UNARY_FN(neg, 1, static_cast<T>(-x), -x)
+TESSERA_UNARY_FN(abs_, 1, static_cast<T>(x < T(0) ? T(-x) : x), abs(x))
+TESSERA_UNARY_FN(sqrt_, 2, static_cast<T>(sqrt(x)), sqrt(x))
+TESSERA_UNARY_FN(exp_, 8, static_cast<T>(exp(x)), exp(x))
+TESSERA_UNARY_FN(log_, 8, static_cast<T>(log(x)), log(x))
+TESSERA_UNARY_FN(tanh_, 10, static_cast<T>(tanh(x)), tanh(x))
+TESSERA_UNARY_FN(floor_, 1, static_cast<T>(floor(x)), floor(x))
+TESSERA_UNARY_FN(ceil_, 1, static_cast<T>(ceil(x)), ceil(x))
+TESSERA_UNARY_FN(round_, 1, static_cast<T>(std::nearbyint(x)), round(x))
+TESSERA_UNARY_FN(relu, 1, static_cast<T>(x > T(0) ? x : (x != x ? x : T(0))), relu(x))
+TESSERA_UNARY_FN(sigmoid, 10, static_cast<T>(T(1) / (T(1) + exp(-x))), sigmoid(x))
+TESSERA_UNARY_FN(rsqrt, 3, static_cast<T>(T(1) / sqrt(x)), 1 / sqrt(x))
+#undef TESSERA_UNARY_FN
+
+// Scalar-only unary functors (no vector implementation: the compiler's auto-vectorizer, or the
+// plain loop, handles them).
+#define TESSERA_SCALAR_FN(NAME, COST, EXPR)                                           \
+  struct NAME {                                                                       \
+    static constexpr int cost = COST;                                                 \
+    template <arith T>                                                                \
+    TESSERA_HOST_DEVICE T operator()(T x) const {                                     \
+      using std::sin, std::cos, std::erf, std::log1p, std::expm1, std::sqrt;          \
+      return EXPR;                                                                    \
+    }                                                                                 \
+  };
+TESSERA_SCALAR_FN(sign, 1, static_cast<T>(x != x ? x : (x > T(0)) - (x < T(0))))
+TESSERA_SCALAR_FN(sin_, 10, static_cast<T>(sin(x)))
+TESSERA_SCALAR_FN(cos_, 10, static_cast<T>(cos(x)))
+TESSERA_SCALAR_FN(erf_, 10, static_cast<T>(erf(x)))
+TESSERA_SCALAR_FN(log1p_, 10, static_cast<T>(log1p(x)))
+TESSERA_SCALAR_FN(expm1_, 10, static_cast<T>(expm1(x)))
+// Exact GELU, x * Phi(x), as torch.nn.functional.gelu's default.
+TESSERA_SCALAR_FN(gelu, 12, static_cast<T>(x * T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)))))
+#undef TESSERA_SCALAR_FN
+
+#define TESSERA_BINARY_FN(NAME, SIMD, EXPR)                                  \
+  struct NAME {                                                              \
+    static constexpr bool simd = SIMD;                                       \
+    template <class T>                                                       \
+    TESSERA_HOST_DEVICE T operator()(T a, T b) const {                       \
+      return EXPR;                                                           \
+    }                                                                        \
+  };
+TESSERA_BINARY_FN(add, true, a + b)
+TESSERA_BINARY_FN(sub, true, a - b)
+TESSERA_BINARY_FN(mul, true, a * b)
+TESSERA_BINARY_FN(div, true, a / b)
+#undef TESSERA_BINARY_FN
+
+/// max/min that propagate NaN (torch.maximum / torch.minimum).
+struct maximum {
+  static constexpr bool simd = true;
+  template <arith T>
+  TESSERA_HOST_DEVICE T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (a != a) return a;
+      if (b != b) return b;
+    }
+    return a > b ? a : b;
+  }
+  template <class V>
+    requires(!arith<V>) && requires(V v) { max(v, v); }
+  V operator()(V a, V b) const {
+    return max(a, b);
+  }
+};
+struct minimum {
+  static constexpr bool simd = true;
+  template <arith T>
+  TESSERA_HOST_DEVICE T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      if (a != a) return a;
+      if (b != b) return b;
+    }
+    return a < b ? a : b;
+  }
+  template <class V>
+    requires(!arith<V>) && requires(V v) { min(v, v); }
+  V operator()(V a, V b) const {
+    return min(a, b);
+  }
+};
+/// a^b (std::pow; integer powers by repeated squaring, negative exponents give 0 unless |a|=1).
+struct pow_ {
+  static constexpr int cost = 20;
+  template <arith T>
+  TESSERA_HOST_DEVICE T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      return static_cast<T>(std::pow(a, b));
+    } else {
+      if (b < 0) return static_cast<T>(a == 1 ? 1 : (a == T(-1) ? ((b & 1) ? -1 : 1) : 0));
+      T r = 1;
+      for (; b; b >>= 1, a *= a)
+        if (b & 1) r *= a;
+      return r;
+    }
+  }
+};
+/// C fmod semantics (result has the sign of a), as torch.fmod; integer b = 0 gives 0 instead of
+/// trapping (documented).
+struct fmod_ {
+  template <arith T>
+  TESSERA_HOST_DEVICE T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) return static_cast<T>(std::fmod(a, b));
+    else return b == 0 ? T(0) : static_cast<T>(a % b);
+  }
+};
+/// Integer division by zero yields 0 rather than trapping (documented in the op).
+struct safe_div {
+  static constexpr bool simd = true;
+  template <arith T>
+  TESSERA_HOST_DEVICE T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) return a / b;
+    else return b == 0 ? T(0) : static_cast<T>(a / b);
+  }
+  template <class V>
+    requires(!arith<V>)
+  V operator()(V a, V b) const {
+    return a / b;
+  }
+};
+
+#define TESSERA_CMP_FN(NAME, OP)                       \
+  struct NAME {                                        \
+    template <class T>                                 \
+    TESSERA_HOST_DEVICE bool operator()(T a, T b) const { \
+      return a OP b;                                   \
+    }                                                  \
+  };
+TESSERA_CMP_FN(eq, ==)
+TESSERA_CMP_FN(ne, !=)
+TESSERA_CMP_FN(lt, <)
+TESSERA_CMP_FN(le, <=)
+TESSERA_CMP_FN(gt, >)
+TESSERA_CMP_FN(ge, >=)
+#undef TESSERA_CMP_FN
+
+struct logical_and {
+  template <class T>
+  TESSERA_HOST_DEVICE bool operator()(T a, T b) const { return static_cast<bool>(a) && static_cast<bool>(b); }
+};
+struct logical_or {
+  template <class T>
+  TESSERA_HOST_DEVICE bool operator()(T a, T b) const { return static_cast<bool>(a) || static_cast<bool>(b); }
+};
+struct logical_xor {
+  template <class T>
+  TESSERA_HOST_DEVICE bool operator()(T a, T b) const { return static_cast<bool>(a) != static_cast<bool>(b); }
+};
+struct logical_not {
+  template <class T>
+  TESSERA_HOST_DEVICE bool operator()(T a) const { return !static_cast<bool>(a); }
+};
+/// cond ? a : b, converted to R.
+template <class R>
+struct where_as {
+  template <class C, class A, class B>
+  TESSERA_HOST_DEVICE R operator()(C c, A a, B b) const {
+    return static_cast<bool>(c) ? static_cast<R>(a) : static_cast<R>(b);
+  }
+};
+/// Clamp into [lo, hi]; NaN stays NaN.
+template <class T>
+struct clamp_ {
+  T lo, hi;
+  TESSERA_HOST_DEVICE T operator()(T x) const { return x < lo ? lo : (x > hi ? hi : x); }
+};
+template <class F>
+constexpr bool simd_of() {
+  if constexpr (requires { F::simd; }) return F::simd;
+  else return false;
+}
+template <class F>
+constexpr int cost_of() {
+  if constexpr (requires { F::cost; }) return F::cost;
+  else return 1;
+}
+
+/// Binds a scalar as the second (bind_right) or first (bind_left) operand of a binary functor.
+template <class V, class S>
+TESSERA_HOST_DEVICE V splat(S s) {
+  if constexpr (std::is_arithmetic_v<V>) return static_cast<V>(s);
+  else return V::broadcast(static_cast<typename V::value_type>(s));
+}
+template <class F, class S>
+struct bind_right {
+  F f;
+  S s;
+  static constexpr bool simd = simd_of<F>();
+  static constexpr int cost = cost_of<F>();
+  template <class V>
+  TESSERA_HOST_DEVICE auto operator()(V x) const -> decltype(f(x, x)) { return f(x, splat<V>(s)); }
+};
+template <class F, class S>
+struct bind_left {
+  F f;
+  S s;
+  static constexpr bool simd = simd_of<F>();
+  static constexpr int cost = cost_of<F>();
+  template <class V>
+  TESSERA_HOST_DEVICE auto operator()(V x) const -> decltype(f(x, x)) { return f(splat<V>(s), x); }
+};
+/// Calls f after converting every argument to C (the compute type of low-precision inputs).
+template <class C, class F>
+struct cast_args {
+  F f;
+  template <class... A>
+  TESSERA_HOST_DEVICE auto operator()(A... a) const { return f(static_cast<C>(a)...); }
+};
+/// y = a * x + y's map functor with a captured scalar (used by examples and benchmarks).
+template <class T>
+struct axpy {
+  T a;
+  static constexpr bool simd = true;
+  template <class V>
+  TESSERA_HOST_DEVICE V operator()(V x, V y) const { return a * x + y; }
+};
+
+}  // namespace fn
+
+/// Marks a generic callable as safe to call with CPU SIMD packs (its body uses only arithmetic
+/// operators and tessera's vector-capable math), so `map` runs it vectorized:
+/// `ts::map(ts::vectorized([](auto x, auto y) { return 2 * x + y; }), x, y)`.
+template <class F>
+struct vectorized_fn : F {
+  static constexpr bool simd = true;
+};
+template <class F>
+vectorized_fn<F> vectorized(F f) {
+  return {f};
+}
+
+TESSERA_END_NAMESPACE
+
+TESSERA_BEGIN_NAMESPACE
+namespace fn {
+
+/// Returns its argument (copies, contiguous()).
+struct identity {
+  static constexpr bool simd = true;
+  template <class T>
+  TESSERA_HOST_DEVICE T operator()(T x) const { return x; }
+};
+/// A constant with no inputs (fill).
+template <class T>
+struct constant {
+  T v;
+  TESSERA_HOST_DEVICE T operator()() const { return v; }
+};
+/// Element conversion to U: round-to-nearest-even into narrow floats; floating to integer
+/// truncates toward zero, saturates at U's range and maps NaN to 0 (C++ leaves these undefined).
+template <class U>
+struct convert_to {
+  template <class T>
+  TESSERA_HOST_DEVICE U operator()(T x) const {
+    if constexpr (std::is_integral_v<U> && !std::is_same_v<U, bool> &&
+                  !std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      const double d = static_cast<double>(x);
+      if (d != d) return U(0);
+      constexpr double lo = static_cast<double>(std::numeric_limits<U>::lowest());
+      constexpr double hi = static_cast<double>(std::numeric_limits<U>::max());
+      if (d <= lo) return std::numeric_limits<U>::lowest();
+      if (d >= hi) return std::numeric_limits<U>::max();
+      return static_cast<U>(d);
+    } else if constexpr (std::is_same_v<U, bool>) {
+      return static_cast<double>(x) != 0.0;
+    } else {
+      return static_cast<U>(x);
+    }
+  }
+};
+
+}  // namespace fn
+TESSERA_END_NAMESPACE

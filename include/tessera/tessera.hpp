@@ -1,0 +1,15 @@
+// tessera/tessera.hpp - the umbrella header for CPU users (includes no CUDA headers).
+#pragma once
+
+#include "config.hpp"
+#include "core/dtype.hpp"
+#include "core/shape.hpp"
+#include "core/tensor.hpp"
+#include "backend/cpu/memory.hpp"
+#include "backend/cpu/elementwise.hpp"
+#include "backend/cpu/reduce.hpp"
+#include "core/tensor_copy.hpp"
+#include "core/creation.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/reduce.hpp"
+#include "io/print.hpp"
