@@ -45,12 +45,13 @@ struct reduced_space {
   reduced_space(const Shape& s, const Strides& st) : nest(s, {&st}), count(s.numel()) {}
 };
 
-inline constexpr int reduce_lanes = 16;        // independent accumulators per block
-inline constexpr int64_t reduce_block = 4096;  // elements per block (a cache-friendly 16 KiB)
+inline constexpr int reduce_lanes = 16;        // independent accumulators (two AVX2 registers)
+inline constexpr int reduce_run = 16;          // elements a lane adds before its partial is folded
+inline constexpr int64_t reduce_block = 4096;  // elements per parallel work item (16 KiB of floats)
 
-/// Reduces elements [t0, t1) of the reduced space of one output (base pointer p) into one
-/// accumulator: 16 interleaved lanes (vectorizable, and each lane sums at most 256 elements),
-/// combined pairwise.
+/// Reduces elements [t0, t1) of the reduced space of one output (base pointer p): 16 interleaved
+/// lanes (vectorizable) each add at most 16 elements; the lanes are then folded pairwise and
+/// pushed into a cascade. Sequential rounding error thus stays below ~16 ulp plus log2(n).
 template <class R, class In>
 typename R::acc_type reduce_block_range(const R& red, const In* p, const reduced_space& rs,
                                         int64_t t0, int64_t t1) {
@@ -60,6 +61,15 @@ typename R::acc_type reduce_block_range(const R& red, const In* p, const reduced
   Acc lanes[reduce_lanes];
   for (auto& a : lanes) a = red.identity();
   Acc tail = red.identity();
+  int runs = 0, tail_n = 0;
+  cascade<R> c(red);
+  auto flush_lanes = [&] {
+    for (int w = reduce_lanes / 2; w >= 1; w /= 2)
+      for (int j = 0; j < w; ++j) lanes[j] = red.combine(lanes[j], lanes[j + w]);
+    c.push(lanes[0]);
+    for (auto& a : lanes) a = red.identity();
+    runs = 0;
+  };
   int64_t t = t0;
   while (t < t1) {
     // Position t in the reduced space: row (outer index) and column within the row.
@@ -69,20 +79,28 @@ typename R::acc_type reduce_block_range(const R& red, const In* p, const reduced
     const In* q = p + off[0] + col * sL;
     const int64_t m = std::min(L - col, t1 - t);
     int64_t i = 0;
-    if (sL == 1) {
-      for (; i + reduce_lanes <= m; i += reduce_lanes)
+    for (; i + reduce_lanes <= m; i += reduce_lanes) {
+      if (sL == 1) {
         for (int j = 0; j < reduce_lanes; ++j) lanes[j] = red.step(lanes[j], q[i + j], t + i + j);
-    } else {
-      for (; i + reduce_lanes <= m; i += reduce_lanes)
+      } else {
         for (int j = 0; j < reduce_lanes; ++j)
           lanes[j] = red.step(lanes[j], q[(i + j) * sL], t + i + j);
+      }
+      if (++runs == reduce_run) flush_lanes();
     }
-    for (; i < m; ++i) tail = red.step(tail, q[i * sL], t + i);
+    for (; i < m; ++i) {
+      tail = red.step(tail, q[i * sL], t + i);
+      if (++tail_n == reduce_lanes * reduce_run) {
+        c.push(tail);
+        tail = red.identity();
+        tail_n = 0;
+      }
+    }
     t += m;
   }
-  for (int w = reduce_lanes / 2; w >= 1; w /= 2)
-    for (int j = 0; j < w; ++j) lanes[j] = red.combine(lanes[j], lanes[j + w]);
-  return red.combine(lanes[0], tail);
+  if (runs) flush_lanes();
+  if (tail_n) c.push(tail);
+  return c.result();
 }
 
 /// Whole reduction of one output, serially, block by block through the cascade.
@@ -97,12 +115,12 @@ typename R::acc_type reduce_serial(const R& red, const In* p, const reduced_spac
 
 /// Column reduction: the innermost kept dim is contiguous in the input and the reduced dims
 /// are outer to it (sum over rows of [N, C]). Accumulators are kept for a tile of columns so
-/// the input streams through memory once; rows go in blocks of 64 through a per-column cascade.
+/// the input streams through memory once; rows go in blocks of 16 through a per-column cascade.
 template <class R, class In, class Out>
 void reduce_columns(const R& red, const In* p, int64_t ncols, const reduced_space& rs, Out* o,
                     int64_t so) {
   using Acc = typename R::acc_type;
-  constexpr int64_t tile = 128, rows_per_block = 64;
+  constexpr int64_t tile = 128, rows_per_block = 16;
   const auto& n = rs.nest;
   const int64_t nblocks = (rs.count + rows_per_block - 1) / rows_per_block;
   std::vector<Acc> storage(static_cast<size_t>(tile) * 65);
