@@ -94,7 +94,7 @@ Tensor<T, B> linspace(double start, double end, int64_t steps) {
   const double d = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0.0;
   // The second half counts back from `end`, so both ends are exact (as torch.linspace).
   for (int64_t i = 0; i < steps; ++i)
-    v[i] = static_cast<T>(i < steps / 2 ? start + d * static_cast<double>(i)
+    v[i] = static_cast<T>(i < (steps + 1) / 2 ? start + d * static_cast<double>(i)
                                         : end - d * static_cast<double>(steps - 1 - i));
   return detail::from_host<T, B>(v, Shape{steps});
 }
