@@ -2,6 +2,8 @@
 // (blocked + pairwise) and deterministic for any thread count.
 #pragma once
 
+#include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "../../core/storage.hpp"
@@ -45,31 +47,46 @@ struct reduced_space {
   reduced_space(const Shape& s, const Strides& st) : nest(s, {&st}), count(s.numel()) {}
 };
 
-inline constexpr int reduce_lanes = 16;        // independent accumulators (two AVX2 registers)
-inline constexpr int reduce_run = 16;          // elements a lane adds before its partial is folded
+inline constexpr int reduce_lanes = 32;        // independent accumulators (four AVX2 registers)
+inline constexpr int reduce_run = 8;           // elements a lane adds before the lanes are folded
+inline constexpr int reduce_chunk = reduce_lanes * reduce_run;  // 256 elements per folded partial
 inline constexpr int64_t reduce_block = 4096;  // elements per parallel work item (16 KiB of floats)
 
-/// Reduces elements [t0, t1) of the reduced space of one output (base pointer p): 16 interleaved
-/// lanes (vectorizable) each add at most 16 elements; the lanes are then folded pairwise and
-/// pushed into a cascade. Sequential rounding error thus stays below ~16 ulp plus log2(n).
+/// One chunk of 256 elements at q with stride s: 32 interleaved lanes (kept in registers and
+/// vectorized when the reducer is simple) that each add 8 elements, folded pairwise.
+template <class R, class In, int Runs = reduce_run>
+TESSERA_ALWAYS_INLINE typename R::acc_type reduce_chunk_of(const R& red, const In* q, int64_t s, int64_t t,
+                                                           int runs = Runs) {
+  using Acc = typename R::acc_type;
+  Acc acc[reduce_lanes];
+  for (auto& a : acc) a = red.identity();
+  if (s == 1 && runs == Runs) {
+    for (int r = 0; r < Runs; ++r)
+      for (int j = 0; j < reduce_lanes; ++j)
+        acc[j] = red.step(acc[j], q[r * reduce_lanes + j], t + r * reduce_lanes + j);
+  } else {
+    for (int r = 0; r < runs; ++r)
+      for (int j = 0; j < reduce_lanes; ++j)
+        acc[j] = red.step(acc[j], q[(r * reduce_lanes + j) * s], t + r * reduce_lanes + j);
+  }
+  for (int w = reduce_lanes / 2; w >= 1; w /= 2)
+    for (int j = 0; j < w; ++j) acc[j] = red.combine(acc[j], acc[j + w]);
+  return acc[0];
+}
+
+/// Reduces elements [t0, t1) of the reduced space of one output (base pointer p) into one
+/// accumulator: full 256-element chunks of each row go through reduce_chunk_of, the rest (row
+/// tails shorter than a chunk) into a side accumulator folded every 256 elements; all partials
+/// meet in a cascade. Sequential rounding error thus stays below ~8 ulp plus log2(n).
 template <class R, class In>
 typename R::acc_type reduce_block_range(const R& red, const In* p, const reduced_space& rs,
                                         int64_t t0, int64_t t1) {
   using Acc = typename R::acc_type;
   const auto& n = rs.nest;
   const int64_t L = n.inner(), sL = n.rank ? n.strides[0][n.rank - 1] : 1;
-  Acc lanes[reduce_lanes];
-  for (auto& a : lanes) a = red.identity();
   Acc tail = red.identity();
-  int runs = 0, tail_n = 0;
+  int tail_n = 0;
   cascade<R> c(red);
-  auto flush_lanes = [&] {
-    for (int w = reduce_lanes / 2; w >= 1; w /= 2)
-      for (int j = 0; j < w; ++j) lanes[j] = red.combine(lanes[j], lanes[j + w]);
-    c.push(lanes[0]);
-    for (auto& a : lanes) a = red.identity();
-    runs = 0;
-  };
   int64_t t = t0;
   while (t < t1) {
     // Position t in the reduced space: row (outer index) and column within the row.
@@ -79,18 +96,14 @@ typename R::acc_type reduce_block_range(const R& red, const In* p, const reduced
     const In* q = p + off[0] + col * sL;
     const int64_t m = std::min(L - col, t1 - t);
     int64_t i = 0;
-    for (; i + reduce_lanes <= m; i += reduce_lanes) {
-      if (sL == 1) {
-        for (int j = 0; j < reduce_lanes; ++j) lanes[j] = red.step(lanes[j], q[i + j], t + i + j);
-      } else {
-        for (int j = 0; j < reduce_lanes; ++j)
-          lanes[j] = red.step(lanes[j], q[(i + j) * sL], t + i + j);
-      }
-      if (++runs == reduce_run) flush_lanes();
+    for (; i + reduce_chunk <= m; i += reduce_chunk) c.push(reduce_chunk_of(red, q + i * sL, sL, t + i));
+    if (const int runs = static_cast<int>((m - i) / reduce_lanes); runs > 0) {
+      c.push(reduce_chunk_of(red, q + i * sL, sL, t + i, runs));
+      i += runs * reduce_lanes;
     }
     for (; i < m; ++i) {
       tail = red.step(tail, q[i * sL], t + i);
-      if (++tail_n == reduce_lanes * reduce_run) {
+      if (++tail_n == reduce_chunk) {
         c.push(tail);
         tail = red.identity();
         tail_n = 0;
@@ -98,7 +111,6 @@ typename R::acc_type reduce_block_range(const R& red, const In* p, const reduced
     }
     t += m;
   }
-  if (runs) flush_lanes();
   if (tail_n) c.push(tail);
   return c.result();
 }
@@ -116,36 +128,38 @@ typename R::acc_type reduce_serial(const R& red, const In* p, const reduced_spac
 /// Column reduction: the innermost kept dim is contiguous in the input and the reduced dims
 /// are outer to it (sum over rows of [N, C]). Accumulators are kept for a tile of columns so
 /// the input streams through memory once; rows go in blocks of 16 through a per-column cascade.
+/// `scratch` holds tile * (column_levels(count) + 1) accumulators.
+inline constexpr int64_t column_max_tile = 2048, column_rows_per_block = 16;
+inline int column_levels(int64_t count) {
+  int l = 1;
+  for (int64_t b = (count + column_rows_per_block - 1) / column_rows_per_block; b > 1; b = (b + 1) / 2) ++l;
+  return l + 1;
+}
 template <class R, class In, class Out>
-void reduce_columns(const R& red, const In* p, int64_t ncols, const reduced_space& rs, Out* o,
-                    int64_t so) {
+void reduce_columns(const R& red, const In* p, int64_t ncols, int64_t tile, const reduced_space& rs,
+                    Out* o, int64_t so, typename R::acc_type* scratch) {
   using Acc = typename R::acc_type;
-  constexpr int64_t tile = 128, rows_per_block = 16;
   const auto& n = rs.nest;
-  const int64_t nblocks = (rs.count + rows_per_block - 1) / rows_per_block;
-  std::vector<Acc> storage(static_cast<size_t>(tile) * 65);
-  Acc* part = storage.data();
-  Acc* slot = part + tile;  // 64 cascade levels of a tile each
+  const int64_t nblocks = (rs.count + column_rows_per_block - 1) / column_rows_per_block;
+  Acc* part = scratch;
+  Acc* slot = part + tile;  // cascade levels of a tile each
   for (int64_t c0 = 0; c0 < ncols; c0 += tile) {
     const int64_t w = std::min(tile, ncols - c0);
     uint64_t used = 0;
     for (int64_t b = 0; b < nblocks; ++b) {
       for (int64_t j = 0; j < w; ++j) part[j] = red.identity();
-      const int64_t r1 = std::min(rs.count, (b + 1) * rows_per_block);
-      for (int64_t r = b * rows_per_block; r < r1; ++r) {
-        int64_t off[1] = {0};
-        // Reduced dims are walked as rows; the innermost reduced dim is one of them here.
-        {
-          int64_t t = r;
-          for (int d = n.rank - 1; d >= 0; --d) {
-            off[0] += (t % n.shape[d]) * n.strides[0][d];
-            t /= n.shape[d];
-          }
+      const int64_t r1 = std::min(rs.count, (b + 1) * column_rows_per_block);
+      for (int64_t r = b * column_rows_per_block; r < r1; ++r) {
+        int64_t off = 0;
+        for (int64_t t = r, d = n.rank - 1; d >= 0; --d) {
+          off += (t % n.shape[d]) * n.strides[0][d];
+          t /= n.shape[d];
         }
-        const In* q = p + off[0] + c0;
+        const In* q = p + off + c0;
 #pragma omp simd
         for (int64_t j = 0; j < w; ++j) part[j] = red.step(part[j], q[j], r);
       }
+      if (nblocks == 1) break;
       int l = 0;
       for (; used >> l & 1; ++l) {
         for (int64_t j = 0; j < w; ++j) part[j] = red.combine(slot[l * tile + j], part[j]);
@@ -154,12 +168,13 @@ void reduce_columns(const R& red, const In* p, int64_t ncols, const reduced_spac
       for (int64_t j = 0; j < w; ++j) slot[l * tile + j] = part[j];
       used |= uint64_t{1} << l;
     }
-    for (int64_t j = 0; j < w; ++j) {
-      Acc r = red.identity();
+    if (nblocks > 1) {
+      for (int64_t j = 0; j < w; ++j) part[j] = red.identity();
       for (int l = 63; l >= 0; --l)
-        if (used >> l & 1) r = red.combine(r, slot[l * tile + j]);
-      o[(c0 + j) * so] = red.finish(r);
+        if (used >> l & 1)
+          for (int64_t j = 0; j < w; ++j) part[j] = red.combine(part[j], slot[l * tile + j]);
     }
+    for (int64_t j = 0; j < w; ++j) o[(c0 + j) * so] = red.finish(part[j]);
   }
 }
 
@@ -188,16 +203,22 @@ struct reduce_kernel<cpu> {
 
     // Column path: contiguous kept columns, reduced dims strided (sum over rows of [N, C]).
     if (K > 0 && sin_kept == 1 && inner_kept >= 16 && sL != 1) {
+      // Wide tiles stream long contiguous row segments (prefetch- and TLB-friendly); narrower
+      // ones when needed so every thread gets a tile.
+      const int64_t per_thread = (inner_kept + get_num_threads() - 1) / get_num_threads();
+      const int64_t tile = std::clamp<int64_t>((per_thread + 15) / 16 * 16, 16, detail::column_max_tile);
       const int64_t rows = outs.outer();
-      const int64_t tiles = (inner_kept + 127) / 128;
-      detail::parallel_for(rows * tiles, 128 * K, [&](int64_t b, int64_t e) {
+      const int64_t tiles = (inner_kept + tile - 1) / tile;
+      const size_t scratch = static_cast<size_t>(tile * (detail::column_levels(K) + 1));
+      detail::parallel_for(rows * tiles, tile * K, [&](int64_t b, int64_t e) {
+        std::unique_ptr<typename R::acc_type[]> buf(new typename R::acc_type[scratch]);
         for (int64_t i = b; i < e; ++i) {
-          const int64_t r = i / tiles, c0 = (i % tiles) * 128;
+          const int64_t r = i / tiles, c0 = (i % tiles) * tile;
           int64_t off[2];
           outs.row_offsets(r, off);
-          detail::reduce_columns(red, in.data + off[0] + c0, std::min<int64_t>(128, inner_kept - c0),
-                                 rs, out.data + off[1] + c0 * outs.strides[1][outs.rank - 1],
-                                 outs.strides[1][outs.rank - 1]);
+          const int64_t so = outs.strides[1][outs.rank - 1];
+          detail::reduce_columns(red, in.data + off[0] + c0, std::min<int64_t>(tile, inner_kept - c0), tile,
+                                 rs, out.data + off[1] + c0 * so, so, buf.get());
         }
       });
       return;
