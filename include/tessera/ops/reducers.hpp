@@ -25,6 +25,18 @@ struct sum {
     else return a + v;
   }
   TESSERA_HOST_DEVICE Acc combine(Acc a, Acc b) const { return a + b; }
+  /// The same step on CPU SIMD packs, when input and accumulator are one floating type.
+  static constexpr bool simd = std::is_same_v<In, Acc> && std::is_floating_point_v<Acc>;
+  template <class V>
+  V vstep(V a, V x) const {
+    if constexpr (Pre == 1) return a + abs(x);
+    else if constexpr (Pre == 2) return fma(x, x, a);
+    else return a + x;
+  }
+  template <class V>
+  V vcombine(V a, V b) const {
+    return a + b;
+  }
   TESSERA_HOST_DEVICE Out finish(Acc a) const {
     if constexpr (Pre == 2) return static_cast<Out>(std::sqrt(static_cast<Acc>(a * static_cast<Acc>(scale))));
     else if (scale == 1.0) return static_cast<Out>(a);
@@ -61,6 +73,17 @@ struct extreme {
     C v = static_cast<C>(x);
     if constexpr (Abs) v = v < C(0) ? C(-v) : v;
     return combine(a, v);
+  }
+  static constexpr bool simd = std::is_same_v<In, C> && std::is_floating_point_v<C>;
+  template <class V>
+  V vcombine(V a, V b) const {
+    if constexpr (Max) return max(a, b);  // NaN-propagating
+    else return min(a, b);
+  }
+  template <class V>
+  V vstep(V a, V x) const {
+    if constexpr (Abs) return vcombine(a, abs(x));
+    else return vcombine(a, x);
   }
   TESSERA_HOST_DEVICE In finish(C a) const { return static_cast<In>(a); }
 };

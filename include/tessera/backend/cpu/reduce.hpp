@@ -8,7 +8,9 @@
 
 #include "../../core/storage.hpp"
 #include "../../detail/layout.hpp"
+#include "../../ops/functors.hpp"
 #include "parallel.hpp"
+#include "simd/vec.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 namespace detail {
@@ -50,14 +52,44 @@ struct reduced_space {
 inline constexpr int reduce_lanes = 32;        // independent accumulators (four AVX2 registers)
 inline constexpr int reduce_run = 8;           // elements a lane adds before the lanes are folded
 inline constexpr int reduce_chunk = reduce_lanes * reduce_run;  // 256 elements per folded partial
-inline constexpr int64_t reduce_block = 4096;  // elements per parallel work item (16 KiB of floats)
+inline constexpr int64_t reduce_block = 65536;  // elements per parallel work item (256 KiB of floats)
+
+/// True when R reduces In with SIMD packs on this build (R::simd and vstep/vcombine).
+template <class R, class In>
+constexpr bool simd_reducer() {
+  if constexpr (!fn::simd_of<R>()) return false;
+  else return simd::available<In>;
+}
 
 /// One chunk of 256 elements at q with stride s: 32 interleaved lanes (kept in registers and
-/// vectorized when the reducer is simple) that each add 8 elements, folded pairwise.
+/// vectorized when the reducer is simple) that each add 8 elements, folded pairwise. Reducers
+/// with a SIMD step use four native vectors instead (64 lanes on AVX-512), as many memory
+/// streams in flight as the bandwidth-bound loop needs.
 template <class R, class In, int Runs = reduce_run>
 TESSERA_ALWAYS_INLINE typename R::acc_type reduce_chunk_of(const R& red, const In* q, int64_t s, int64_t t,
                                                            int runs = Runs) {
   using Acc = typename R::acc_type;
+  if constexpr (simd_reducer<R, In>()) {
+    if (s == 1 && runs == Runs) {
+      using V = simd::vec<In>;
+      constexpr int step = 4 * V::width;
+      static_assert(reduce_chunk % step == 0);
+      const V id = V::broadcast(red.identity());
+      V a0 = id, a1 = id, a2 = id, a3 = id;
+      for (int i = 0; i < reduce_chunk; i += step) {
+        a0 = red.vstep(a0, V::load(q + i));
+        a1 = red.vstep(a1, V::load(q + i + V::width));
+        a2 = red.vstep(a2, V::load(q + i + 2 * V::width));
+        a3 = red.vstep(a3, V::load(q + i + 3 * V::width));
+      }
+      a0 = red.vcombine(red.vcombine(a0, a1), red.vcombine(a2, a3));
+      Acc lanes[V::width];
+      a0.store(lanes);
+      for (int w = V::width / 2; w >= 1; w /= 2)
+        for (int j = 0; j < w; ++j) lanes[j] = red.combine(lanes[j], lanes[j + w]);
+      return lanes[0];
+    }
+  }
   Acc acc[reduce_lanes];
   for (auto& a : acc) a = red.identity();
   if (s == 1 && runs == Runs) {
