@@ -15,6 +15,25 @@ namespace fn {
 template <class T>
 concept arith = std::is_arithmetic_v<T>;
 
+// Inside `struct relu` the name relu is the struct itself, so the vector overloads call the
+// SIMD functions through these (found by argument-dependent lookup on the pack type).
+template <class V>
+auto vec_relu(V x) -> decltype(relu(x)) {
+  return relu(x);
+}
+template <class V>
+auto vec_sigmoid(V x) -> decltype(sigmoid(x)) {
+  return sigmoid(x);
+}
+
+// numeric_limits members are host functions to nvcc; constexpr variables work on both sides.
+template <class T>
+inline constexpr T lowest_v = std::numeric_limits<T>::lowest();
+template <class T>
+inline constexpr T max_v = std::numeric_limits<T>::max();
+template <class T>
+inline constexpr T infinity_v = std::numeric_limits<T>::infinity();
+
 // Unary functors on a scalar type T (after the ops layer converted to the compute type) and,
 // where `simd` is set, on packs V for which the named vector function exists.
 #define TESSERA_UNARY_FN(NAME, COST, SCALAR_EXPR, VEC_EXPR)                           \
@@ -42,8 +61,8 @@ TESSERA_UNARY_FN(tanh_, 10, static_cast<T>(tanh(x)), tanh(x))
 TESSERA_UNARY_FN(floor_, 1, static_cast<T>(floor(x)), floor(x))
 TESSERA_UNARY_FN(ceil_, 1, static_cast<T>(ceil(x)), ceil(x))
 TESSERA_UNARY_FN(round_, 1, static_cast<T>(std::nearbyint(x)), round(x))
-TESSERA_UNARY_FN(relu, 1, static_cast<T>(x > T(0) ? x : (x != x ? x : T(0))), relu(x))
-TESSERA_UNARY_FN(sigmoid, 10, static_cast<T>(T(1) / (T(1) + exp(-x))), sigmoid(x))
+TESSERA_UNARY_FN(relu, 1, static_cast<T>(x > T(0) ? x : (x != x ? x : T(0))), vec_relu(x))
+TESSERA_UNARY_FN(sigmoid, 10, static_cast<T>(T(1) / (T(1) + exp(-x))), vec_sigmoid(x))
 TESSERA_UNARY_FN(rsqrt, 3, static_cast<T>(T(1) / sqrt(x)), 1 / sqrt(x))
 #undef TESSERA_UNARY_FN
 
@@ -292,10 +311,10 @@ struct convert_to {
                   !std::is_integral_v<T> && !std::is_same_v<T, bool>) {
       const double d = static_cast<double>(x);
       if (d != d) return U(0);
-      constexpr double lo = static_cast<double>(std::numeric_limits<U>::lowest());
-      constexpr double hi = static_cast<double>(std::numeric_limits<U>::max());
-      if (d <= lo) return std::numeric_limits<U>::lowest();
-      if (d >= hi) return std::numeric_limits<U>::max();
+      constexpr double lo = static_cast<double>(lowest_v<U>);
+      constexpr double hi = static_cast<double>(max_v<U>);
+      if (d <= lo) return lowest_v<U>;
+      if (d >= hi) return max_v<U>;
       return static_cast<U>(d);
     } else if constexpr (std::is_same_v<U, bool>) {
       return static_cast<double>(x) != 0.0;

@@ -51,8 +51,10 @@ void launch_map(const F& f, const Tensor<O, B>& out, const Tensor<T, B>&... in) 
   backend::map_kernel<B>::template run<O>(f, out.view_ref(), broadcast_ref(unalias(out, in), out.shape())...);
 }
 
+// F& rather than const F&: nvcc's host-side stand-in for a __device__ lambda has a non-const
+// call operator.
 template <class F, class... T>
-using map_result_t = std::remove_cvref_t<std::invoke_result_t<const F&, T...>>;
+using map_result_t = std::remove_cvref_t<std::invoke_result_t<F&, T...>>;
 
 }  // namespace detail
 
@@ -63,6 +65,11 @@ using map_result_t = std::remove_cvref_t<std::invoke_result_t<const F&, T...>>;
 /// Throws shape_error when the shapes do not broadcast.
 template <class F, element_type T0, element_type... T, class B>
 auto map(F f, const Tensor<T0, B>& a, const Tensor<T, B>&... rest) {
+#if defined(__CUDACC_EXTENDED_LAMBDA__)
+  static_assert(!__nv_is_extended_device_lambda_closure_type(F) ||
+                    __nv_is_extended_device_lambda_with_preserved_return_type(F),
+                "tessera::map: give the __device__ lambda a trailing return type, or use map_to");
+#endif
   using R = detail::map_result_t<F, T0, T...>;
   static_assert(element_type<R>, "tessera::map: the functor's result type is not a tensor element type");
   a.check_defined("map");

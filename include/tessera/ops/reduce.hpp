@@ -35,7 +35,6 @@ struct reduction_plan {
         reduced[d] = true;
       }
     }
-    Shape perm_shape;
     std::vector<int64_t> perm;
     for (int d = 0; d < r; ++d)
       if (!reduced[d]) perm.push_back(d), out_shape.push_back(x.shape()[d]);

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "../core/dtype.hpp"
+#include "functors.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 namespace red {
@@ -61,8 +62,8 @@ struct extreme {
   TESSERA_HOST_DEVICE C identity() const {
     if constexpr (Abs) return C(0);
     else if constexpr (std::numeric_limits<C>::has_infinity)
-      return Max ? -std::numeric_limits<C>::infinity() : std::numeric_limits<C>::infinity();
-    else return Max ? std::numeric_limits<C>::lowest() : std::numeric_limits<C>::max();
+      return Max ? -fn::infinity_v<C> : fn::infinity_v<C>;
+    else return Max ? fn::lowest_v<C> : fn::max_v<C>;
   }
   TESSERA_HOST_DEVICE C combine(C a, C b) const {
     if (a != a) return a;

@@ -1,0 +1,53 @@
+// tessera/backend/cuda/launch.hpp - the stream every CUDA op runs on, and launch geometry.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "error.hpp"
+
+TESSERA_BEGIN_NAMESPACE
+
+/// The stream all tessera CUDA kernels and copies are issued on: the legacy default stream,
+/// named explicitly so that compiling with `--default-stream per-thread` does not change it.
+/// Work from every host thread is therefore ordered, which is what lets the caching allocator
+/// hand a freed block to the next op without waiting for the device.
+inline cudaStream_t cuda_stream() { return cudaStreamLegacy; }
+
+namespace detail {
+
+/// The calling thread's current device.
+inline int cuda_current_device() {
+  int d = 0;
+  TESSERA_CUDA_CHECK(cudaGetDevice(&d));
+  return d;
+}
+
+/// Multiprocessor count of the current device, queried once per device.
+inline int cuda_sm_count() {
+  constexpr int cached_devices = 64;
+  static std::atomic<int> cache[cached_devices];  // zero: not yet queried
+  const int d = cuda_current_device();
+  int n = d < cached_devices ? cache[d].load(std::memory_order_relaxed) : 0;
+  if (n == 0) {
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, d));
+    if (n < 1) n = 1;
+    if (d < cached_devices) cache[d].store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
+/// Blocks for a grid-stride loop over `items` work items, `per_block` at a time: enough blocks
+/// to cover the items, capped at a few waves of the device (each thread then loops). The cap
+/// never changes results: kernels assign work by item, not by block.
+inline unsigned cuda_grid(int64_t items, int64_t per_block) {
+  const int64_t want = (items + per_block - 1) / per_block;
+  const int64_t cap = int64_t{cuda_sm_count()} * 32;
+  const int64_t g = want < cap ? want : cap;
+  return static_cast<unsigned>(g < 1 ? 1 : g);
+}
+
+}  // namespace detail
+TESSERA_END_NAMESPACE

@@ -1,0 +1,182 @@
+// tessera/backend/cuda/memory.hpp - device memory for the CUDA backend, through a caching
+// allocator, and host <-> device copies.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+
+#include "../tags.hpp"
+#include "error.hpp"
+#include "launch.hpp"
+
+TESSERA_BEGIN_NAMESPACE
+namespace detail {
+
+/// Keeps freed device blocks in per-device free lists keyed by rounded size, so the hot path
+/// (an op allocating its output, a temporary dying) never calls cudaMalloc or cudaFree: both
+/// are slow and cudaFree synchronizes the whole device. Reusing a block right away is safe
+/// because every op is issued on the one stream cuda_stream() (work on a freed block finishes
+/// before work on its next owner starts). Cached blocks go back to the driver on
+/// empty_cuda_cache(), or when cudaMalloc runs out of memory.
+class device_block_cache {
+ public:
+  static constexpr size_t granule = 512;            // small sizes round to this
+  static constexpr size_t large = size_t{1} << 20;  // from here, round to 1/8 of a binade
+
+  static device_block_cache& instance() {
+    // Never destroyed: tensors in statics may outlive main.
+    static auto* c = new device_block_cache;
+    return *c;
+  }
+
+  void* allocate(size_t bytes) {
+    const size_t rounded = round_up(bytes == 0 ? 1 : bytes);
+    const int dev = cuda_current_device();
+    {
+      std::lock_guard lock(mu_);
+      auto it = free_.find({dev, rounded});
+      if (it != free_.end()) {
+        void* p = it->second;
+        free_.erase(it);
+        cached_ -= rounded;
+        live_.emplace(p, block{dev, rounded});
+        return p;
+      }
+    }
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, rounded);
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      release(dev);  // cached blocks of other sizes may make room
+      e = cudaMalloc(&p, rounded);
+    }
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      size_t free_b = 0, total_b = 0;
+      (void)cudaMemGetInfo(&free_b, &total_b);
+      (void)cudaGetLastError();
+      fail<backend_error>("cuda allocate", "cudaMalloc of ", rounded, " bytes on device ", dev,
+                          " failed: ", cudaGetErrorString(e), " (", free_b, " of ", total_b,
+                          " bytes free)");
+    }
+    std::lock_guard lock(mu_);
+    live_.emplace(p, block{dev, rounded});
+    return p;
+  }
+
+  /// Returns a block to its device's free list. Never calls CUDA (it runs in destructors,
+  /// possibly after the runtime has shut down) and never throws.
+  void deallocate(void* p, size_t) noexcept {
+    if (!p) return;
+    std::lock_guard lock(mu_);
+    auto it = live_.find(p);
+    if (it == live_.end()) return;  // not ours: nothing sensible to do in a destructor
+    const block b = it->second;
+    live_.erase(it);
+    free_.emplace(std::pair{b.device, b.bytes}, p);
+    cached_ += b.bytes;
+  }
+
+  /// cudaFree's every cached block of `device` (all devices when device < 0).
+  void release(int device = -1) {
+    std::lock_guard lock(mu_);
+    if (free_.empty()) return;  // also keeps empty_cuda_cache() harmless on a machine without GPU
+    int prev = -1;
+    TESSERA_CUDA_CHECK(cudaGetDevice(&prev));
+    for (auto it = free_.begin(); it != free_.end();) {
+      if (device >= 0 && it->first.first != device) {
+        ++it;
+        continue;
+      }
+      TESSERA_CUDA_CHECK(cudaSetDevice(it->first.first));
+      TESSERA_CUDA_CHECK(cudaFree(it->second));
+      cached_ -= it->first.second;
+      it = free_.erase(it);
+    }
+    TESSERA_CUDA_CHECK(cudaSetDevice(prev));
+  }
+
+  /// Bytes held in free lists (not counting blocks in use).
+  size_t cached_bytes() {
+    std::lock_guard lock(mu_);
+    return cached_;
+  }
+  /// Bytes of blocks currently owned by tensors (rounded sizes).
+  size_t live_bytes() {
+    std::lock_guard lock(mu_);
+    size_t n = 0;
+    for (const auto& kv : live_) n += kv.second.bytes;
+    return n;
+  }
+
+ private:
+  struct block {
+    int device;
+    size_t bytes;
+  };
+  // Small sizes round to 512 bytes; large ones to 1/8 of their power of two, so a block serves
+  // sizes within 12.5% of each other and never wastes more than that.
+  static size_t round_up(size_t n) {
+    n = (n + granule - 1) / granule * granule;
+    if (n < large) return n;
+    const size_t p = size_t{1} << (63 - __builtin_clzll(n));
+    const size_t step = p / 8;
+    return (n + step - 1) / step * step;
+  }
+
+  std::mutex mu_;
+  std::multimap<std::pair<int, size_t>, void*> free_;
+  std::unordered_map<void*, block> live_;
+  size_t cached_ = 0;
+};
+
+}  // namespace detail
+
+/// Returns every device block cached by the CUDA allocator to the driver (cudaFree), on all
+/// devices. Blocks owned by live tensors are not affected. Throws backend_error on a CUDA error.
+inline void empty_cuda_cache() { detail::device_block_cache::instance().release(); }
+
+/// Bytes the CUDA caching allocator holds in its free lists, ready for reuse.
+inline size_t cuda_cached_bytes() { return detail::device_block_cache::instance().cached_bytes(); }
+
+namespace backend {
+
+/// Device memory: allocations come from the caching allocator on the current device; copies
+/// are issued on cuda_stream(). Copies to the host, and from it, return when the data has
+/// arrived (so the host buffer may be reused or read at once); device-to-device copies are
+/// asynchronous like kernels.
+template <>
+struct memory<cuda> {
+  static constexpr bool host_accessible = false;
+  static void* allocate(size_t bytes) {
+    return detail::device_block_cache::instance().allocate(bytes);
+  }
+  static void deallocate(void* p, size_t bytes) {
+    detail::device_block_cache::instance().deallocate(p, bytes);
+  }
+  static void copy_from_host(void* dst, const void* src, size_t bytes) {
+    if (!bytes) return;
+    // Waiting makes the call safe for pinned sources too, which the copy would read later.
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_stream()));
+    TESSERA_CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
+  }
+  static void copy_to_host(void* dst, const void* src, size_t bytes) {
+    if (!bytes) return;
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_stream()));
+    TESSERA_CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
+  }
+  static void copy(void* dst, const void* src, size_t bytes) {
+    if (!bytes) return;
+    TESSERA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
+  }
+  /// Waits for every op issued so far to finish (and reports a fault any of them raised).
+  static void synchronize() { TESSERA_CUDA_CHECK(cudaStreamSynchronize(cuda_stream())); }
+};
+
+}  // namespace backend
+TESSERA_END_NAMESPACE

@@ -1,0 +1,17 @@
+// tessera/cuda.hpp - the umbrella header for the CUDA backend: everything in tessera.hpp plus
+// tessera::cuda's memory, elementwise and reduction kernels. Include it from .cu files compiled
+// by nvcc (C++20; --extended-lambda for `[] __device__ (...)` functors passed to map).
+#pragma once
+
+#if !defined(__CUDACC__)
+#error "<tessera/cuda.hpp> contains CUDA kernels: compile this file with nvcc (a .cu source)"
+#endif
+
+#include "tessera.hpp"
+
+// The CUDA backend: specialisations of backend::memory, map_kernel and reduce_kernel for cuda.
+#include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/error.hpp"
+#include "backend/cuda/launch.hpp"
+#include "backend/cuda/memory.hpp"
+#include "backend/cuda/reduce.cuh"

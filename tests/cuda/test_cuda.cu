@@ -1,0 +1,366 @@
+// Tests of the CUDA backend's memory, copies and elementwise kernels: every result computed on
+// the device is compared with the CPU backend's result on the same inputs (x.to<cuda>() ...
+// .to<cpu>()). Every test skips, with a message, when no CUDA device is visible, so the suite
+// builds and passes on GPU-less machines. Reductions are in test_cuda_reduce.cu.
+#include <sstream>
+
+#include "cuda_test_util.cuh"
+
+namespace ts = tessera;
+
+// ---------------------------------------------------------------------------------------------
+// Functions that define extended lambdas. nvcc requires the enclosing function to be a named,
+// accessible function with a declared return type (a gtest body is a private member), so these
+// live here rather than inside the tests.
+namespace cuda_lambdas {
+
+/// map_to with a plain __device__ lambda capturing a scalar: out = a * s - b.
+inline const ts::Tensor<float, ts::cuda>& scaled_sub_into(const ts::Tensor<float, ts::cuda>& out,
+                                                          const ts::Tensor<float, ts::cuda>& a,
+                                                          const ts::Tensor<float, ts::cuda>& b,
+                                                          float s) {
+  return ts::map_to(
+      out, [s] __device__(float x, float y) { return x * s - y; }, a, b);
+}
+
+/// map with a __host__ __device__ lambda of three inputs (its result type is visible on the
+/// host, so map can allocate the output): a * b + c.
+template <class B>
+ts::Tensor<float, B> fma3(const ts::Tensor<float, B>& a, const ts::Tensor<float, B>& b,
+                          const ts::Tensor<float, B>& c) {
+  return ts::map([] __host__ __device__(float x, float y, float z) { return x * y + z; }, a, b, c);
+}
+
+/// True when ts::map can name the result type of F called on two floats.
+template <class F>
+concept map_sees_result_type = requires {
+  typename ts::detail::map_result_t<F, float, float>;
+};
+
+/// map with a __device__ lambda with a trailing return type: |a - b|. Sets `supported` to false
+/// (and returns an undefined tensor) where ts::map cannot see such a lambda's result type.
+template <class T>
+ts::Tensor<T, ts::cuda> absdiff(const ts::Tensor<T, ts::cuda>& a, const ts::Tensor<T, ts::cuda>& b,
+                                bool& supported) {
+  auto f = [] __device__(T x, T y) -> T { return x > y ? x - y : y - x; };
+  if constexpr (map_sees_result_type<decltype(f)>) {
+    supported = true;
+    return ts::map(f, a, b);
+  } else {
+    supported = false;
+    return {};
+  }
+}
+
+}  // namespace cuda_lambdas
+
+namespace {
+using namespace cuda_test;
+
+class Cuda : public CudaFixture {};
+template <class T>
+class CudaTyped : public CudaFixture {};
+TYPED_TEST_SUITE(CudaTyped, Dtypes);
+
+// ---------------------------------------------------------------------------------------------
+// Memory and copies.
+
+TEST_F(Cuda, AllocatorReusesFreedBlocksAndEmptiesCache) {
+  ts::empty_cuda_cache();
+  EXPECT_EQ(ts::cuda_cached_bytes(), 0u);
+  void* p = ts::backend::memory<ts::cuda>::allocate(1000);
+  ts::backend::memory<ts::cuda>::deallocate(p, 1000);
+  EXPECT_GE(ts::cuda_cached_bytes(), 1000u);
+  // Same rounded size: the cached block comes back instead of a new cudaMalloc.
+  void* q = ts::backend::memory<ts::cuda>::allocate(900);
+  EXPECT_EQ(p, q);
+  ts::backend::memory<ts::cuda>::deallocate(q, 900);
+  ts::empty_cuda_cache();
+  EXPECT_EQ(ts::cuda_cached_bytes(), 0u);
+}
+
+TEST_F(Cuda, RawCopiesAndZeroByteNoOps) {
+  using M = ts::backend::memory<ts::cuda>;
+  std::vector<int32_t> src(1000), back(1000, -1);
+  for (int i = 0; i < 1000; ++i) src[i] = i * 7 - 3;
+  void* a = M::allocate(4000);
+  void* b = M::allocate(4000);
+  M::copy_from_host(a, src.data(), 4000);
+  M::copy(b, a, 4000);
+  M::copy_to_host(back.data(), b, 4000);
+  EXPECT_EQ(src, back);
+  // Zero-byte copies touch nothing, even through null pointers.
+  M::copy_from_host(nullptr, nullptr, 0);
+  M::copy_to_host(nullptr, nullptr, 0);
+  M::copy(nullptr, nullptr, 0);
+  M::synchronize();
+  M::deallocate(a, 4000);
+  M::deallocate(b, 4000);
+}
+
+TYPED_TEST(CudaTyped, RoundTripKeepsBits) {
+  using T = TypeParam;
+  for (const ts::Shape& s : {ts::Shape{}, ts::Shape{0}, ts::Shape{1, 0, 3}, ts::Shape{1},
+                             ts::Shape{33}, ts::Shape{7, 5, 3}}) {
+    const auto x = sample<T>(s, 11);
+    const auto d = x.template to<ts::cuda>();
+    EXPECT_EQ(d.shape(), s);
+    EXPECT_TRUE(same_bits(d.template to<ts::cpu>(), x)) << s;
+    const auto dd = d.template to<ts::cuda>();  // device clone
+    EXPECT_FALSE(dd.shares_storage_with(d));
+    EXPECT_TRUE(same_bits(dd.template to<ts::cpu>(), x)) << s;
+    const auto v = d.to_vector();
+    const auto w = x.to_vector();
+    ASSERT_EQ(v.size(), w.size());
+    EXPECT_EQ(std::memcmp(v.data(), w.data(), v.size() * sizeof(T)), 0);
+  }
+  EXPECT_EQ(as_double(ts::full<T, ts::cuda>({}, T(5)).item()), 5.0);
+  if constexpr (!std::is_integral_v<T>) {  // specials survive the trip
+    const std::vector<T> sp = {T(std::numeric_limits<float>::quiet_NaN()),
+                               T(std::numeric_limits<float>::infinity()),
+                               T(-std::numeric_limits<float>::infinity()), T(-0.0f)};
+    const auto x = ts::from_vector<T, ts::cpu>(sp);
+    EXPECT_TRUE(same_bits(x.template to<ts::cuda>().template to<ts::cpu>(), x));
+  }
+}
+
+TEST_F(Cuda, BoolTensorsRoundTrip) {
+  const auto x = ts::from_vector<bool, ts::cpu>({true, false, true, true, false});
+  const auto d = x.to<ts::cuda>();
+  EXPECT_EQ(d.to_vector(), x.to_vector());
+  EXPECT_EQ(d.to<ts::cpu>().to_vector(), x.to_vector());
+}
+
+TYPED_TEST(CudaTyped, ViewsCloneAndContiguous) {
+  using T = TypeParam;
+  const auto x = sample<T>({4, 6, 10}, 3);
+  const auto d = x.template to<ts::cuda>();
+  auto check = [&](const char* what, auto view) {
+    const auto want = view(x).clone();
+    const auto got_clone = view(d).clone();
+    const auto got_contig = view(d).contiguous();
+    EXPECT_TRUE(got_contig.is_contiguous()) << what;
+    EXPECT_TRUE(same_bits(got_clone.template to<ts::cpu>(), want)) << what;
+    EXPECT_TRUE(same_bits(got_contig.template to<ts::cpu>(), want)) << what;
+    EXPECT_TRUE(same_bits(view(d).template to<ts::cpu>(), want)) << what;  // to() of a view
+  };
+  check("transpose", [](const auto& t) { return t.transpose(0, 2); });
+  check("permute", [](const auto& t) { return t.permute({1, 2, 0}); });
+  check("slice step", [](const auto& t) { return t.slice(2, 1, 9, 3); });
+  check("slice offset", [](const auto& t) { return t.slice(0, 1, 3); });  // dense, unaligned start
+  check("select", [](const auto& t) { return t.select(1, 4).transpose(0, 1); });
+  check("expand", [](const auto& t) { return t.slice(1, 2, 3).expand({4, 5, 10}); });
+  check("flat offset", [](const auto& t) { return t.reshape({-1}).slice(0, 1, 240); });
+  // contiguous() of a contiguous tensor is the same tensor, not a copy.
+  EXPECT_TRUE(d.contiguous().shares_storage_with(d));
+}
+
+TYPED_TEST(CudaTyped, Astype) {
+  using T = TypeParam;
+  const auto x = sample<T>({5, 13}, 4).transpose(0, 1);
+  expect_same(
+      "astype<float>", 0, 0, [](const auto& t) { return t.template astype<float>(); }, x);
+  expect_same(
+      "astype<int32>", 0, 0, [](const auto& t) { return t.template astype<int32_t>(); }, x);
+  expect_same(
+      "astype<half>", 0, 0, [](const auto& t) { return t.template astype<ts::half>(); }, x);
+  expect_same(
+      "astype<bool>", 0, 0, [](const auto& t) { return t.template astype<bool>(); }, x);
+  expect_same(
+      "astype<double>", 0, 0, [](const auto& t) { return t.template astype<double>(); }, x);
+}
+
+TEST_F(Cuda, AstypeSpecialValues) {
+  const float inf = std::numeric_limits<float>::infinity(),
+              nan = std::numeric_limits<float>::quiet_NaN();
+  const auto x = ts::from_vector<float, ts::cpu>(
+      {nan, inf, -inf, 3e9f, -3e9f, 70000.f, 65519.f, 1e-8f, -2.5f});
+  expect_same(
+      "to int32", 0, 0, [](const auto& t) { return t.template astype<int32_t>(); }, x);
+  expect_same(
+      "to int8", 0, 0, [](const auto& t) { return t.template astype<int8_t>(); }, x);
+  expect_same(
+      "to half", 0, 0, [](const auto& t) { return t.template astype<ts::half>(); }, x);
+  expect_same(
+      "to bfloat16", 0, 0, [](const auto& t) { return t.template astype<ts::bfloat16>(); }, x);
+  expect_same(
+      "to e4m3", 0, 0, [](const auto& t) { return t.template astype<ts::float8_e4m3>(); }, x);
+}
+
+TYPED_TEST(CudaTyped, Fill) {
+  using T = TypeParam;
+  EXPECT_TRUE(same_bits(ts::zeros<T, ts::cuda>({3, 4}).template to<ts::cpu>(),
+                        ts::zeros<T, ts::cpu>({3, 4})));
+  EXPECT_TRUE(same_bits(ts::ones<T, ts::cuda>({1029}).template to<ts::cpu>(),
+                        ts::ones<T, ts::cpu>({1029})));
+  EXPECT_TRUE(same_bits(ts::full<T, ts::cuda>({0, 3}, T(7)).template to<ts::cpu>(),
+                        ts::full<T, ts::cpu>({0, 3}, T(7))));
+  // fill_ through a strided view writes exactly the view's elements.
+  const auto h = ts::zeros<T, ts::cpu>({6, 9});
+  const auto d = h.template to<ts::cuda>();
+  h.slice(1, 1, 9, 2).fill_(T(3));
+  d.slice(1, 1, 9, 2).fill_(T(3));
+  EXPECT_TRUE(same_bits(d.template to<ts::cpu>(), h));
+}
+
+// ---------------------------------------------------------------------------------------------
+// map and the named elementwise ops.
+
+// nvcc contracts a * b + c into one fused multiply-add (--fmad=true, its default) where the host
+// compiler rounds twice, so results of such functors differ from the CPU's in the last bits:
+// absolute tolerances below are a few float ulps of the products' magnitude (inputs ~N(0, 1)).
+TEST_F(Cuda, MapWithLibraryFunctor) {
+  const auto x = sample<float>({37, 29}, 5), y = sample<float>({37, 29}, 6);
+  expect_same(
+      "axpy", 5e-7, 1e-5,
+      [](const auto& a, const auto& b) { return ts::map(ts::fn::axpy<float>{2.5f}, a, b); }, x, y);
+  // Broadcast and strided operands through the same functor.
+  const auto r = sample<float>({29}, 7);
+  expect_same(
+      "axpy broadcast", 5e-7, 1e-5,
+      [](const auto& a, const auto& b) { return ts::map(ts::fn::axpy<float>{-1.5f}, a, b); },
+      x.transpose(0, 1).contiguous().transpose(0, 1), r);
+}
+
+TEST_F(Cuda, MapWithHostDeviceLambda) {
+  const auto a = sample<float>({8, 1, 5}, 8), b = sample<float>({7, 1}, 9),
+             c = sample<float>({5}, 10);
+  const auto want = cuda_lambdas::fma3(a, b, c);
+  const auto got = cuda_lambdas::fma3(a.to<ts::cuda>(), b.to<ts::cuda>(), c.to<ts::cuda>());
+  expect_close(got.to<ts::cpu>(), want, 5e-7, 1e-5, "fma3");
+}
+
+TEST_F(Cuda, MapToWithDeviceLambda) {
+  const auto a = sample<float>({16, 33}, 12), b = sample<float>({33}, 13);
+  const auto out = ts::empty<float, ts::cuda>({16, 33});
+  cuda_lambdas::scaled_sub_into(out, a.to<ts::cuda>(), b.to<ts::cuda>(), 3.0f);
+  expect_close(out.to<ts::cpu>(), ts::map(ts::fn::axpy<float>{3.0f}, a, -b), 5e-7, 1e-5, "map_to");
+  // In place: the output is also the first input.
+  const auto io = a.to<ts::cuda>();
+  cuda_lambdas::scaled_sub_into(io, io, b.to<ts::cuda>(), 3.0f);
+  expect_close(io.to<ts::cpu>(), out.to<ts::cpu>(), 0, 0, "map_to in place");
+}
+
+TEST_F(Cuda, MapWithDeviceLambda) {
+  const auto a = sample<float>({3, 50}, 14), b = sample<float>({50}, 15);
+  bool supported = false;
+  const auto got = cuda_lambdas::absdiff(a.to<ts::cuda>(), b.to<ts::cuda>(), supported);
+  if (!supported)
+    GTEST_SKIP() << "ts::map cannot see a __device__ lambda's result type: map_result_t must "
+                    "invoke F& (nvcc's host-side placeholder has a non-const call operator)";
+  expect_close(got.to<ts::cpu>(), ts::abs(a - b), 0, 0, "device lambda");
+}
+
+TYPED_TEST(CudaTyped, NamedOpsWithBroadcasting) {
+  using T = TypeParam;
+  const double rt = ulps2<T>();
+  const auto a = sample<T>({33, 17}, 20), b = sample<T>({17}, 21), c = sample<T>({33, 1}, 22);
+  expect_same(
+      "add [N,C]+[C]", rt, 0, [](const auto& x, const auto& y) { return x + y; }, a, b);
+  expect_same(
+      "mul [N,1]*[C]", rt, 0, [](const auto& x, const auto& y) { return x * y; }, c, b);
+  expect_same(
+      "sub strided", rt, 0, [](const auto& x, const auto& y) { return ts::sub(x, y); },
+      a.transpose(0, 1), c.transpose(0, 1));
+  expect_same(
+      "scalar", rt, 0, [](const auto& x) { return 2 * x - 1; }, a);
+  expect_same(
+      "exp", ulps2<ts::compute_t<typename decltype(ts::exp(a))::value_type>>() * 4, 0,
+      [](const auto& x) { return ts::exp(x); }, ts::clamp(a, -10, 10));
+  expect_same(
+      "maximum", 0, 0, [](const auto& x, const auto& y) { return ts::maximum(x, y); }, a, c);
+  expect_same(
+      "where", 0, 0,
+      [](const auto& x, const auto& y, const auto& z) { return ts::where(x > y, x, z); }, a, b, c);
+  expect_same(
+      "lt", 0, 0, [](const auto& x, const auto& y) { return x < y; }, a, b);
+  expect_same(
+      "ge", 0, 0, [](const auto& x, const auto& y) { return x >= y; }, c, a);
+  expect_same(
+      "eq", 0, 0, [](const auto& x, const auto& y) { return ts::eq(x, y); }, a, a.slice(0, 0, 1));
+  expect_same(
+      "neg abs", 0, 0, [](const auto& x) { return ts::abs(-x); }, a);
+  // Sizes around the 16-byte vector width and its tail, contiguous and offset by one element.
+  for (int64_t n : {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 1029}) {
+    const auto u = sample<T>({n + 1}, 30 + n), v = sample<T>({n + 1}, 60 + n);
+    expect_same(
+        "add n", rt, 0, [](const auto& x, const auto& y) { return x + y; }, u, v);
+    expect_same(
+        "add n offset", rt, 0, [](const auto& x, const auto& y) { return x + y; },
+        u.slice(0, 1, n + 1), v.slice(0, 0, n));
+  }
+}
+
+TEST_F(Cuda, UnaryMathFloat) {
+  const auto x = sample<float>({1000}, 40);
+  const auto p = ts::abs(x) + 0.01f;
+  expect_same(
+      "log", 5e-7, 0, [](const auto& t) { return ts::log(t); }, p);
+  expect_same(
+      "sqrt", 5e-7, 0, [](const auto& t) { return ts::sqrt(t); }, p);
+  expect_same(
+      "tanh", 5e-7, 1e-7, [](const auto& t) { return ts::tanh(t); }, x);
+  expect_same(
+      "sigmoid", 5e-7, 1e-7, [](const auto& t) { return ts::sigmoid(t); }, x);
+  expect_same(
+      "relu", 0, 0, [](const auto& t) { return ts::relu(t); }, x);
+  expect_same(
+      "gelu", 5e-7, 1e-6, [](const auto& t) { return ts::gelu(t); }, x);
+  expect_same(
+      "round", 0, 0, [](const auto& t) { return ts::round(t * 3.0f); }, x);
+  expect_same(
+      "pow", 5e-6, 0, [](const auto& a, const auto& b) { return ts::pow(a, b); }, p, x);
+}
+
+TEST_F(Cuda, LargeElementwise) {
+  const int64_t n = (int64_t{1} << 22) + 3;
+  const auto x = sample<float>({n}, 41), y = sample<float>({n}, 42);
+  expect_same(
+      "large add", 0, 0, [](const auto& a, const auto& b) { return a + b; }, x, y);
+  expect_same(
+      "large bcast", 0, 0,
+      [](const auto& a, const auto& b) {
+        return a.reshape({-1, 1031}).slice(0, 0, 2000) * b;
+      },
+      x.slice(0, 0, 2000 * 1031), y.slice(0, 0, 1031));
+}
+
+TYPED_TEST(CudaTyped, CompoundAssignment) {
+  using T = TypeParam;
+  const double rt = ulps2<T>();
+  const auto a = sample<T>({9, 12}, 50), b = sample<T>({12}, 51), c = sample<T>({9, 1}, 52);
+  auto run = [&](const auto& x, const auto& y, const auto& z) {
+    auto t = x.clone();
+    t += y;
+    t *= z;
+    t -= 1;
+    t *= 2;
+    t.slice(1, 0, 12, 3) += z;  // through a strided view
+    return t;
+  };
+  expect_same("compound", rt * 4, 0, run, a, b, c);
+}
+
+TEST_F(Cuda, ShapeErrorsAreThrownBeforeLaunch) {
+  const auto a = ts::zeros<float, ts::cuda>({3}), b = ts::zeros<float, ts::cuda>({4});
+  EXPECT_THROW((void)(a + b), ts::shape_error);
+  EXPECT_THROW((void)ts::where(a > 0, a, b), ts::shape_error);
+  const auto m = ts::zeros<float, ts::cuda>({2, 3});
+  EXPECT_THROW(m += (ts::zeros<float, ts::cuda>({2, 1, 3})), ts::shape_error);
+  EXPECT_THROW(ts::map_to(b, ts::fn::identity{}, a), ts::shape_error);
+  EXPECT_THROW((void)ts::max(ts::zeros<float, ts::cuda>({0, 3})), ts::shape_error);
+  EXPECT_THROW((void)ts::sum(m, {2}), ts::index_error);
+  EXPECT_THROW((void)ts::argmax(ts::zeros<float, ts::cuda>({0})), ts::shape_error);
+  // The failed ops left the operands untouched.
+  EXPECT_EQ(m.to_vector(), std::vector<float>(6, 0.f));
+}
+
+TEST_F(Cuda, PrintsLikeTheCpuTensor) {
+  const auto x = sample<float>({2, 3}, 95);
+  std::ostringstream a, b;
+  a << x;
+  b << x.to<ts::cuda>();
+  EXPECT_EQ(a.str(), b.str());
+}
+
+}  // namespace
