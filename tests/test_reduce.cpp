@@ -274,6 +274,26 @@ TEST(ReduceSpecial, NanInfAndEmpty) {
   EXPECT_EQ(bs.item(), 2);
 }
 
+TEST(ReduceSpecial, NanInsideVectorChunks) {
+  // Long enough for the SIMD chunk path; the NaN sits in a chunk body, a chunk tail and a
+  // block boundary in turn.
+  for (int64_t pos : {int64_t{0}, int64_t{77}, int64_t{255}, int64_t{4999}, int64_t{65536}}) {
+    auto v = ts::ones<float>({70000});
+    v.at({pos}) = NAN;
+    EXPECT_TRUE(std::isnan(ts::max(v).item())) << pos;
+    EXPECT_TRUE(std::isnan(ts::min(v).item())) << pos;
+    EXPECT_TRUE(std::isnan(ts::sum(v).item())) << pos;
+    EXPECT_TRUE(std::isnan(ts::norm(v).item())) << pos;
+    EXPECT_TRUE(std::isnan(ts::norm(v, INFINITY).item())) << pos;
+    EXPECT_EQ(ts::argmax(v).item(), pos);
+    v.at({pos}) = -INFINITY;
+    EXPECT_EQ(ts::min(v).item(), -INFINITY) << pos;
+    EXPECT_EQ(ts::max(v).item(), 1.0f) << pos;
+    EXPECT_EQ(ts::norm(v, INFINITY).item(), INFINITY) << pos;
+    EXPECT_EQ(ts::argmin(v).item(), pos);
+  }
+}
+
 TEST(ReduceErrors, BadAxes) {
   auto x = ts::zeros<float>({2, 3});
   try {
