@@ -35,7 +35,8 @@
 
 #include "../../../config.hpp"
 
-#if defined(TESSERA_SIMD_SCALAR)
+#if defined(TESSERA_SIMD_SCALAR) || defined(__CUDA_ARCH__)
+// (Device passes of nvcc see the host's -march macros, but x86 vectors cannot live in device code.)
 #define TESSERA_DETAIL_SIMD_NS isa_scalar
 #elif defined(__AVX512F__)
 #define TESSERA_DETAIL_SIMD_NS isa_avx512
@@ -104,7 +105,7 @@ TESSERA_DETAIL_SIMD_DECLARE_NAME(mantissa)
 }  // namespace detail::simd
 TESSERA_END_NAMESPACE
 
-#if defined(TESSERA_SIMD_SCALAR)
+#if defined(TESSERA_SIMD_SCALAR) || defined(__CUDA_ARCH__)
 #include "scalar.hpp"
 #elif defined(__AVX512F__)
 #include "avx512.hpp"
