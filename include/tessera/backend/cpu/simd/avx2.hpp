@@ -16,6 +16,10 @@ inline namespace TESSERA_DETAIL_SIMD_NS {
 
 inline constexpr const char* isa_name = "avx2";
 
+/// Orders earlier non-temporal stores before later stores (needed before another thread may
+/// read what vec::stream wrote).
+inline void stream_fence() { _mm_sfence(); }
+
 template <>
 inline constexpr bool available<float> = true;
 template <>
@@ -32,6 +36,8 @@ struct vec<float> {
   static vec load(const float* p) { return {_mm256_loadu_ps(p)}; }
   static vec broadcast(float x) { return {_mm256_set1_ps(x)}; }
   void store(float* p) const { _mm256_storeu_ps(p, r); }
+  /// Non-temporal store (bypasses the caches); p must be 32-byte aligned.
+  void stream(float* p) const { _mm256_stream_ps(p, r); }
 };
 
 template <>
@@ -44,6 +50,7 @@ struct vec<double> {
   static vec load(const double* p) { return {_mm256_loadu_pd(p)}; }
   static vec broadcast(double x) { return {_mm256_set1_pd(x)}; }
   void store(double* p) const { _mm256_storeu_pd(p, r); }
+  void stream(double* p) const { _mm256_stream_pd(p, r); }
 };
 
 // The float and double operations differ only in the intrinsic suffix (ps / pd), so they are

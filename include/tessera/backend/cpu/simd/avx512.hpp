@@ -17,6 +17,10 @@ inline namespace TESSERA_DETAIL_SIMD_NS {
 
 inline constexpr const char* isa_name = "avx512";
 
+/// Orders earlier non-temporal stores before later stores (needed before another thread may
+/// read what vec::stream wrote).
+inline void stream_fence() { _mm_sfence(); }
+
 template <>
 inline constexpr bool available<float> = true;
 template <>
@@ -33,6 +37,8 @@ struct vec<float> {
   static vec load(const float* p) { return {_mm512_loadu_ps(p)}; }
   static vec broadcast(float x) { return {_mm512_set1_ps(x)}; }
   void store(float* p) const { _mm512_storeu_ps(p, r); }
+  /// Non-temporal store (bypasses the caches); p must be 64-byte aligned.
+  void stream(float* p) const { _mm512_stream_ps(p, r); }
 };
 
 template <>
@@ -45,6 +51,7 @@ struct vec<double> {
   static vec load(const double* p) { return {_mm512_loadu_pd(p)}; }
   static vec broadcast(double x) { return {_mm512_set1_pd(x)}; }
   void store(double* p) const { _mm512_storeu_pd(p, r); }
+  void stream(double* p) const { _mm512_stream_pd(p, r); }
 };
 
 // The float and double operations differ only in the intrinsic suffix (ps / pd) and in the

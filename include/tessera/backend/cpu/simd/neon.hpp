@@ -17,6 +17,10 @@ inline namespace TESSERA_DETAIL_SIMD_NS {
 
 inline constexpr const char* isa_name = "neon";
 
+/// Orders earlier non-temporal stores before later stores (needed before another thread may
+/// read what vec::stream wrote).
+inline void stream_fence() {}
+
 template <>
 inline constexpr bool available<float> = true;
 template <>
@@ -33,6 +37,8 @@ struct vec<float> {
   static vec load(const float* p) { return {vld1q_f32(p)}; }
   static vec broadcast(float x) { return {vdupq_n_f32(x)}; }
   void store(float* p) const { vst1q_f32(p, r); }
+  /// AArch64 has no plain non-temporal vector store intrinsic: an ordinary store.
+  void stream(float* p) const { vst1q_f32(p, r); }
 };
 
 template <>
@@ -45,6 +51,7 @@ struct vec<double> {
   static vec load(const double* p) { return {vld1q_f64(p)}; }
   static vec broadcast(double x) { return {vdupq_n_f64(x)}; }
   void store(double* p) const { vst1q_f64(p, r); }
+  void stream(double* p) const { vst1q_f64(p, r); }
 };
 
 // The float and double operations differ only in the intrinsic suffix (f32 / f64) and in the mask

@@ -16,6 +16,10 @@ inline namespace TESSERA_DETAIL_SIMD_NS {
 
 inline constexpr const char* isa_name = "scalar";
 
+/// Orders earlier non-temporal stores before later stores (needed before another thread may
+/// read what vec::stream wrote).
+inline void stream_fence() {}
+
 static_assert(!available<float> && !available<double>);
 
 }  // namespace TESSERA_DETAIL_SIMD_NS
