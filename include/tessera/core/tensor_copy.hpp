@@ -14,27 +14,29 @@ Tensor<T, B> Tensor<T, B>::contiguous() const {
   return is_contiguous() ? *this : clone();
 }
 
+namespace detail {
+/// A new contiguous tensor holding f(src) elementwise: clone and astype.
+template <class U, class T, class B, class F>
+Tensor<U, B> copy_through(const Tensor<T, B>& src, F f) {
+  Tensor<U, B> out(src.shape());
+  backend::map_kernel<B>::template run<U>(f, out.view_ref(),
+                                          strided<const T>{src.data(), src.shape(), src.strides()});
+  return out;
+}
+}  // namespace detail
+
 template <element_type T, backend_tag B>
 Tensor<T, B> Tensor<T, B>::clone() const {
   check_defined("clone");
-  Tensor<T, B> out(shape_);
-  backend::map_kernel<B>::template run<T>(fn::identity{}, out.view_ref(),
-                                          detail::strided<const T>{data(), shape_, strides_});
-  return out;
+  return detail::copy_through<T>(*this, fn::identity{});
 }
 
 template <element_type T, backend_tag B>
 template <element_type U>
 Tensor<U, B> Tensor<T, B>::astype() const {
   check_defined("astype");
-  if constexpr (std::is_same_v<U, T>) {
-    return clone();
-  } else {
-    Tensor<U, B> out(shape_);
-    backend::map_kernel<B>::template run<U>(fn::convert_to<U>{}, out.view_ref(),
-                                            detail::strided<const T>{data(), shape_, strides_});
-    return out;
-  }
+  if constexpr (std::is_same_v<U, T>) return clone();
+  else return detail::copy_through<U>(*this, fn::convert_to<U>{});
 }
 
 template <element_type T, backend_tag B>

@@ -98,7 +98,6 @@ TESSERA_SCALAR_FN(gelu, 12, static_cast<T>(x * T(0.5) * (T(1) + erf(x * T(0.7071
 TESSERA_BINARY_FN(add, true, a + b)
 TESSERA_BINARY_FN(sub, true, a - b)
 TESSERA_BINARY_FN(mul, true, a * b)
-TESSERA_BINARY_FN(div, true, a / b)
 #undef TESSERA_BINARY_FN
 
 /// max/min that propagate NaN (torch.maximum / torch.minimum).
