@@ -67,7 +67,7 @@ def main():
         ax.set_yticklabels(cases)
         ax.invert_yaxis()
         ax.set_xlabel("GB/s (2 threads, out of cache: 2^25 floats)")
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left")
         fig.tight_layout()
         fig.savefig(sys.argv[2], dpi=90)
 
