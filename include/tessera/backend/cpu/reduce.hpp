@@ -15,6 +15,9 @@
 TESSERA_BEGIN_NAMESPACE
 namespace detail {
 
+/// Highest set bit of a nonzero cascade occupancy mask (the level holding the earliest blocks).
+inline int top_level(uint64_t used) { return 63 - __builtin_clzll(used); }
+
 /// Pairwise combination of a stream of partial results in O(log n) space: a binary counter
 /// whose level l holds the combination of 2^l consecutive blocks. Rounding error then grows
 /// with log(blocks), and the result depends only on the block sequence, never on threads.
@@ -36,8 +39,7 @@ struct cascade {
   }
   Acc result() const {
     Acc r = red.identity();
-    for (int l = 63; l >= 0; --l)
-      if (used >> l & 1) r = red.combine(r, slot[l]);
+    for (uint64_t u = used; u; u &= ~(uint64_t{1} << top_level(u))) r = red.combine(r, slot[top_level(u)]);
     return r;
   }
 };
@@ -126,8 +128,7 @@ struct simd_partials<R, In> {
   bool empty() const { return used == 0; }
   typename R::acc_type result() const {
     V r = V::broadcast(red.identity());
-    for (int l = 63; l >= 0; --l)
-      if (used >> l & 1) r = red.vcombine(r, slot[l]);
+    for (uint64_t u = used; u; u &= ~(uint64_t{1} << top_level(u))) r = red.vcombine(r, slot[top_level(u)]);
     typename R::acc_type lanes[V::width];
     r.store(lanes);
     for (int w = V::width / 2; w >= 1; w /= 2)
@@ -240,9 +241,8 @@ void reduce_columns(const R& red, const In* p, int64_t ncols, int64_t tile, cons
     }
     if (nblocks > 1) {
       for (int64_t j = 0; j < w; ++j) part[j] = red.identity();
-      for (int l = 63; l >= 0; --l)
-        if (used >> l & 1)
-          for (int64_t j = 0; j < w; ++j) part[j] = red.combine(part[j], slot[l * tile + j]);
+      for (uint64_t u = used; u; u &= ~(uint64_t{1} << top_level(u)))
+        for (int64_t j = 0, l = top_level(u); j < w; ++j) part[j] = red.combine(part[j], slot[l * tile + j]);
     }
     for (int64_t j = 0; j < w; ++j) o[(c0 + j) * so] = red.finish(part[j]);
   }
