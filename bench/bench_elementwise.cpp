@@ -7,8 +7,8 @@
 #include <omp.h>
 
 #include <Eigen/Core>
-#include <unsupported/Eigen/CXX11/Tensor>
 #include <tessera/tessera.hpp>
+#include <unsupported/Eigen/CXX11/Tensor>
 
 namespace ts = tessera;
 
@@ -38,8 +38,8 @@ Eigen::ThreadPoolDevice& eigen_pool() {
   return dev;
 }
 void set_bytes(benchmark::State& st, double bytes_per_iter) {
-  st.counters["GB/s"] = benchmark::Counter(bytes_per_iter, benchmark::Counter::kIsIterationInvariantRate,
-                                           benchmark::Counter::kIs1000);
+  st.counters["GB/s"] = benchmark::Counter(
+      bytes_per_iter, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
 // ---------------------------------------------------------------- z = a*x + y
@@ -61,7 +61,8 @@ void Triad_TesseraMapOut(benchmark::State& st) {
   ts::set_num_threads(kThreads);
   const float a = kA;
   for (auto _ : st) {
-    ts::map_to(d.z, [a](float x, float y) { return a * x + y; }, d.x, d.y);
+    ts::map_to(
+        d.z, [a](float x, float y) { return a * x + y; }, d.x, d.y);
     benchmark::ClobberMemory();
   }
   set_bytes(st, 12.0 * n);
@@ -102,7 +103,8 @@ void Triad_EigenArray(benchmark::State& st) {
 void Triad_EigenTensorPool(benchmark::State& st) {
   const int64_t n = st.range(0);
   auto& d = data(n);
-  Eigen::TensorMap<const Eigen::Tensor<float, 1, Eigen::RowMajor>> x(d.x.data(), n), y(d.y.data(), n);
+  Eigen::TensorMap<const Eigen::Tensor<float, 1, Eigen::RowMajor>> x(d.x.data(), n),
+      y(d.y.data(), n);
   Eigen::TensorMap<Eigen::Tensor<float, 1, Eigen::RowMajor>> z(d.z.data(), n);
   for (auto _ : st) {
     z.device(eigen_pool()) = x * kA + y;
@@ -338,8 +340,10 @@ void Unary_EigenArray(benchmark::State& st) {
   Eigen::Map<Eigen::ArrayXf> z(d.z.data(), n);
   const bool th = st.range(1);
   for (auto _ : st) {
-    if (th) z = x.tanh();
-    else z = x.exp();
+    if (th)
+      z = x.tanh();
+    else
+      z = x.exp();
     benchmark::ClobberMemory();
   }
   set_bytes(st, 8.0 * n);
@@ -351,8 +355,10 @@ void Unary_EigenTensorPool(benchmark::State& st) {
   Eigen::TensorMap<Eigen::Tensor<float, 1, Eigen::RowMajor>> z(d.z.data(), n);
   const bool th = st.range(1);
   for (auto _ : st) {
-    if (th) z.device(eigen_pool()) = x.tanh();
-    else z.device(eigen_pool()) = x.exp();
+    if (th)
+      z.device(eigen_pool()) = x.tanh();
+    else
+      z.device(eigen_pool()) = x.exp();
     benchmark::ClobberMemory();
   }
   set_bytes(st, 8.0 * n);

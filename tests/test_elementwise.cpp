@@ -12,26 +12,38 @@ using tt::layout;
 
 template <class T>
 class Arithmetic : public ::testing::Test {};
-using AllTypes = ::testing::Types<float, double, ts::half, ts::bfloat16, ts::float8_e4m3, ts::float8_e5m2,
-                                  int8_t, uint8_t, int32_t, int64_t>;
+using AllTypes = ::testing::Types<float, double, ts::half, ts::bfloat16, ts::float8_e4m3,
+                                  ts::float8_e5m2, int8_t, uint8_t, int32_t, int64_t>;
 TYPED_TEST_SUITE(Arithmetic, AllTypes);
 
 // The value a result of type T holds for an exact double result: rounding for floating types
 // (checked by tolerance), wrap-around for integers (C++20 defines narrowing modulo 2^n).
 template <class T>
 double as_stored(double w) {
-  if constexpr (std::is_integral_v<T>) return static_cast<double>(static_cast<T>(static_cast<int64_t>(w)));
-  else return w;
+  if constexpr (std::is_integral_v<T>)
+    return static_cast<double>(static_cast<T>(static_cast<int64_t>(w)));
+  else
+    return w;
 }
 
 struct shape_pair {
   ts::Shape a, b;
 };
 std::vector<shape_pair> broadcast_cases() {
-  std::vector<shape_pair> c = {
-      {{}, {}},         {{5}, {}},           {{}, {5}},           {{3, 4}, {4}},         {{4}, {3, 4}},
-      {{3, 1}, {1, 4}}, {{2, 3, 4}, {3, 1}}, {{2, 1, 4}, {1, 3, 1}}, {{1, 0, 3}, {3}},   {{0}, {1}},
-      {{2, 3}, {2, 3}}, {{1}, {7}},          {{6, 1}, {6, 5}},    {{2, 1, 3, 1}, {4, 1, 5}}};
+  std::vector<shape_pair> c = {{{}, {}},
+                               {{5}, {}},
+                               {{}, {5}},
+                               {{3, 4}, {4}},
+                               {{4}, {3, 4}},
+                               {{3, 1}, {1, 4}},
+                               {{2, 3, 4}, {3, 1}},
+                               {{2, 1, 4}, {1, 3, 1}},
+                               {{1, 0, 3}, {3}},
+                               {{0}, {1}},
+                               {{2, 3}, {2, 3}},
+                               {{1}, {7}},
+                               {{6, 1}, {6, 5}},
+                               {{2, 1, 3, 1}, {4, 1, 5}}};
   for (int64_t n = 1; n <= 33; ++n) c.push_back({{n}, {n}});
   c.push_back({{812}, {812}});
   c.push_back({{1029, 917}, {917}});
@@ -39,22 +51,24 @@ std::vector<shape_pair> broadcast_cases() {
 }
 
 template <class T>
-void check_binary(const char* name, auto op, double (*ref)(double, double), bool nonzero_b = false) {
+void check_binary(const char* name, auto op, double (*ref)(double, double),
+                  bool nonzero_b = false) {
   ts::Generator g(42);
   for (const auto& [sa, sb] : broadcast_cases()) {
     for (layout la : {layout::contiguous, layout::transposed, layout::strided}) {
       if (sa.numel() > 100000 && la == layout::strided) continue;  // keeps the suite fast
       auto a = tt::relayout(tt::random_tensor<T>(sa, g), la);
       auto b = tt::random_tensor<T>(sb, g, nonzero_b ? 1 : -3, 3);
-      if (nonzero_b && std::is_signed_v<T>) b = tt::relayout(b, la == layout::strided ? layout::transposed : layout::strided);
+      if (nonzero_b && std::is_signed_v<T>)
+        b = tt::relayout(b, la == layout::strided ? layout::transposed : layout::strided);
       auto got = op(a, b);
       static_assert(std::is_same_v<typename decltype(got)::value_type, T>);
       ASSERT_EQ(got.shape(), ts::broadcast_shapes(sa, sb));
       auto want = tt::reference_binary(a, b, ref);
       for (auto& w : want) w = as_stored<T>(w);
       tt::expect_close(tt::to_doubles(got), want, tt::tolerance<T>(),
-                       std::string(name) + " " + sa.to_string() + " " + sb.to_string() + " layout " +
-                           std::to_string(static_cast<int>(la)));
+                       std::string(name) + " " + sa.to_string() + " " + sb.to_string() +
+                           " layout " + std::to_string(static_cast<int>(la)));
       if (::testing::Test::HasFailure()) return;
     }
   }
@@ -62,22 +76,33 @@ void check_binary(const char* name, auto op, double (*ref)(double, double), bool
 
 TYPED_TEST(Arithmetic, AddSubMulDivMaxMinBroadcast) {
   using T = TypeParam;
-  check_binary<T>("add", [](auto& a, auto& b) { return a + b; }, [](double x, double y) { return x + y; });
-  check_binary<T>("sub", [](auto& a, auto& b) { return a - b; }, [](double x, double y) { return x - y; });
-  check_binary<T>("mul", [](auto& a, auto& b) { return ts::mul(a, b); }, [](double x, double y) { return x * y; });
-  check_binary<T>("maximum", [](auto& a, auto& b) { return ts::maximum(a, b); },
-                  [](double x, double y) { return std::max(x, y); });
-  check_binary<T>("minimum", [](auto& a, auto& b) { return ts::minimum(a, b); },
-                  [](double x, double y) { return std::min(x, y); });
+  check_binary<T>(
+      "add", [](auto& a, auto& b) { return a + b; }, [](double x, double y) { return x + y; });
+  check_binary<T>(
+      "sub", [](auto& a, auto& b) { return a - b; }, [](double x, double y) { return x - y; });
+  check_binary<T>(
+      "mul", [](auto& a, auto& b) { return ts::mul(a, b); },
+      [](double x, double y) { return x * y; });
+  check_binary<T>(
+      "maximum", [](auto& a, auto& b) { return ts::maximum(a, b); },
+      [](double x, double y) { return std::max(x, y); });
+  check_binary<T>(
+      "minimum", [](auto& a, auto& b) { return ts::minimum(a, b); },
+      [](double x, double y) { return std::min(x, y); });
   if constexpr (std::is_integral_v<T>) {
-    check_binary<T>("div", [](auto& a, auto& b) { return a / b; },
-                    [](double x, double y) { return std::trunc(x / y); }, true);
-    check_binary<T>("fmod", [](auto& a, auto& b) { return ts::fmod(a, b); },
-                    [](double x, double y) { return std::fmod(x, y); }, true);
+    check_binary<T>(
+        "div", [](auto& a, auto& b) { return a / b; },
+        [](double x, double y) { return std::trunc(x / y); }, true);
+    check_binary<T>(
+        "fmod", [](auto& a, auto& b) { return ts::fmod(a, b); },
+        [](double x, double y) { return std::fmod(x, y); }, true);
   } else {
-    check_binary<T>("div", [](auto& a, auto& b) { return a / b; }, [](double x, double y) { return x / y; }, true);
-    check_binary<T>("fmod", [](auto& a, auto& b) { return ts::fmod(a, b); },
-                    [](double x, double y) { return std::fmod(x, y); }, true);
+    check_binary<T>(
+        "div", [](auto& a, auto& b) { return a / b; }, [](double x, double y) { return x / y; },
+        true);
+    check_binary<T>(
+        "fmod", [](auto& a, auto& b) { return ts::fmod(a, b); },
+        [](double x, double y) { return std::fmod(x, y); }, true);
   }
 }
 
@@ -87,8 +112,9 @@ TYPED_TEST(Arithmetic, ComparisonsGiveBool) {
   auto a = tt::random_tensor<T>({5, 6}, g), b = tt::random_tensor<T>({6}, g);
   const auto da = tt::to_doubles(a), db = tt::to_doubles(b);
   const std::pair<ts::Tensor<bool>, std::function<bool(double, double)>> cases[] = {
-      {a == b, std::equal_to<double>()}, {a != b, std::not_equal_to<double>()}, {a < b, std::less<double>()},
-      {a <= b, std::less_equal<double>()}, {a > b, std::greater<double>()}, {a >= b, std::greater_equal<double>()}};
+      {a == b, std::equal_to<double>()}, {a != b, std::not_equal_to<double>()},
+      {a < b, std::less<double>()},      {a <= b, std::less_equal<double>()},
+      {a > b, std::greater<double>()},   {a >= b, std::greater_equal<double>()}};
   for (const auto& [got, f] : cases) {
     auto v = got.to_vector();
     for (int i = 0; i < 30; ++i) EXPECT_EQ(v[i], f(da[i], db[i % 6])) << i;
@@ -102,14 +128,19 @@ TYPED_TEST(Arithmetic, ScalarOperandsAndCompoundAssignment) {
   const auto da = tt::to_doubles(a);
   auto p = tt::to_doubles(a + 2), q = tt::to_doubles(2 - a), r = tt::to_doubles(a * 3);
   for (size_t i = 0; i < da.size(); ++i) {
-    EXPECT_NEAR(p[i], as_stored<T>(da[i] + 2), tt::tolerance<T>() * std::max(1.0, std::abs(da[i] + 2)));
-    EXPECT_NEAR(q[i], as_stored<T>(2 - da[i]), tt::tolerance<T>() * std::max(1.0, std::abs(2 - da[i])));
-    EXPECT_NEAR(r[i], as_stored<T>(da[i] * 3), tt::tolerance<T>() * std::max(1.0, std::abs(da[i] * 3)));
+    EXPECT_NEAR(p[i], as_stored<T>(da[i] + 2),
+                tt::tolerance<T>() * std::max(1.0, std::abs(da[i] + 2)));
+    EXPECT_NEAR(q[i], as_stored<T>(2 - da[i]),
+                tt::tolerance<T>() * std::max(1.0, std::abs(2 - da[i])));
+    EXPECT_NEAR(r[i], as_stored<T>(da[i] * 3),
+                tt::tolerance<T>() * std::max(1.0, std::abs(da[i] * 3)));
   }
   // A floating scalar makes an integer tensor's result float (as in LibTorch).
   auto f = a * 0.5;
-  if constexpr (std::is_integral_v<T>) static_assert(std::is_same_v<typename decltype(f)::value_type, float>);
-  else static_assert(std::is_same_v<typename decltype(f)::value_type, T>);
+  if constexpr (std::is_integral_v<T>)
+    static_assert(std::is_same_v<typename decltype(f)::value_type, float>);
+  else
+    static_assert(std::is_same_v<typename decltype(f)::value_type, T>);
 
   auto c = a.clone();
   auto row = tt::random_tensor<T>({9}, g);
@@ -140,23 +171,37 @@ TYPED_TEST(FloatMath, UnaryAgainstStd) {
       {"neg", [](auto& x) { return -x; }, [](double x) { return -x; }, -5, 5, 1},
       {"abs", [](auto& x) { return ts::abs(x); }, [](double x) { return std::abs(x); }, -5, 5, 1},
       {"exp", [](auto& x) { return ts::exp(x); }, [](double x) { return std::exp(x); }, -80, 80, 4},
-      {"log", [](auto& x) { return ts::log(x); }, [](double x) { return std::log(x); }, 1e-3, 1e3, 4},
-      {"log1p", [](auto& x) { return ts::log1p(x); }, [](double x) { return std::log1p(x); }, -0.9, 10, 4},
-      {"expm1", [](auto& x) { return ts::expm1(x); }, [](double x) { return std::expm1(x); }, -5, 5, 4},
-      {"sqrt", [](auto& x) { return ts::sqrt(x); }, [](double x) { return std::sqrt(x); }, 0, 100, 2},
-      {"rsqrt", [](auto& x) { return ts::rsqrt(x); }, [](double x) { return 1 / std::sqrt(x); }, 0.01, 100, 4},
+      {"log", [](auto& x) { return ts::log(x); }, [](double x) { return std::log(x); }, 1e-3, 1e3,
+       4},
+      {"log1p", [](auto& x) { return ts::log1p(x); }, [](double x) { return std::log1p(x); }, -0.9,
+       10, 4},
+      {"expm1", [](auto& x) { return ts::expm1(x); }, [](double x) { return std::expm1(x); }, -5, 5,
+       4},
+      {"sqrt", [](auto& x) { return ts::sqrt(x); }, [](double x) { return std::sqrt(x); }, 0, 100,
+       2},
+      {"rsqrt", [](auto& x) { return ts::rsqrt(x); }, [](double x) { return 1 / std::sqrt(x); },
+       0.01, 100, 4},
       {"sin", [](auto& x) { return ts::sin(x); }, [](double x) { return std::sin(x); }, -6, 6, 4},
       {"cos", [](auto& x) { return ts::cos(x); }, [](double x) { return std::cos(x); }, -6, 6, 4},
-      {"tanh", [](auto& x) { return ts::tanh(x); }, [](double x) { return std::tanh(x); }, -10, 10, 4},
-      {"sigmoid", [](auto& x) { return ts::sigmoid(x); }, [](double x) { return 1 / (1 + std::exp(-x)); }, -20, 20, 4},
-      {"relu", [](auto& x) { return ts::relu(x); }, [](double x) { return x > 0 ? x : 0; }, -5, 5, 1},
-      {"gelu", [](auto& x) { return ts::gelu(x); }, [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, -6, 6, 4},
+      {"tanh", [](auto& x) { return ts::tanh(x); }, [](double x) { return std::tanh(x); }, -10, 10,
+       4},
+      {"sigmoid", [](auto& x) { return ts::sigmoid(x); },
+       [](double x) { return 1 / (1 + std::exp(-x)); }, -20, 20, 4},
+      {"relu", [](auto& x) { return ts::relu(x); }, [](double x) { return x > 0 ? x : 0; }, -5, 5,
+       1},
+      {"gelu", [](auto& x) { return ts::gelu(x); },
+       [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, -6, 6, 4},
       {"erf", [](auto& x) { return ts::erf(x); }, [](double x) { return std::erf(x); }, -3, 3, 4},
-      {"floor", [](auto& x) { return ts::floor(x); }, [](double x) { return std::floor(x); }, -50, 50, 1},
-      {"ceil", [](auto& x) { return ts::ceil(x); }, [](double x) { return std::ceil(x); }, -50, 50, 1},
-      {"round", [](auto& x) { return ts::round(x); }, [](double x) { return std::nearbyint(x); }, -50, 50, 1},
-      {"sign", [](auto& x) { return ts::sign(x); }, [](double x) { return double((x > 0) - (x < 0)); }, -5, 5, 1},
-      {"clamp", [](auto& x) { return ts::clamp(x, -1.5, 2.0); }, [](double x) { return std::clamp(x, -1.5, 2.0); }, -5, 5, 1},
+      {"floor", [](auto& x) { return ts::floor(x); }, [](double x) { return std::floor(x); }, -50,
+       50, 1},
+      {"ceil", [](auto& x) { return ts::ceil(x); }, [](double x) { return std::ceil(x); }, -50, 50,
+       1},
+      {"round", [](auto& x) { return ts::round(x); }, [](double x) { return std::nearbyint(x); },
+       -50, 50, 1},
+      {"sign", [](auto& x) { return ts::sign(x); },
+       [](double x) { return double((x > 0) - (x < 0)); }, -5, 5, 1},
+      {"clamp", [](auto& x) { return ts::clamp(x, -1.5, 2.0); },
+       [](double x) { return std::clamp(x, -1.5, 2.0); }, -5, 5, 1},
   };
   std::vector<int64_t> sizes;
   for (int64_t n = 1; n <= 33; ++n) sizes.push_back(n);
@@ -172,7 +217,8 @@ TYPED_TEST(FloatMath, UnaryAgainstStd) {
         // The reference sees the input in the compute type, then rounds to T like the op does.
         for (size_t i = 0; i < dx.size(); ++i)
           want[i] = static_cast<double>(static_cast<T>(static_cast<C>(c.ref(dx[i]))));
-        const double tol = std::max(tt::tolerance<T>(), c.tol_scale * std::numeric_limits<C>::epsilon());
+        const double tol =
+            std::max(tt::tolerance<T>(), c.tol_scale * std::numeric_limits<C>::epsilon());
         tt::expect_close(got, want, tol, std::string(c.name) + " n=" + std::to_string(n));
         if (::testing::Test::HasFailure()) return;
       }
@@ -182,7 +228,8 @@ TYPED_TEST(FloatMath, UnaryAgainstStd) {
 
 TYPED_TEST(FloatMath, SpecialValuesPropagate) {
   using T = TypeParam;
-  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity(),
+               nan = std::numeric_limits<double>::quiet_NaN();
   std::vector<T> v;
   for (double d : {nan, inf, -inf, 0.0, -0.0, 1.0}) v.push_back(static_cast<T>(d));
   // Repeat to cover SIMD body and tail.
@@ -210,7 +257,8 @@ TYPED_TEST(FloatMath, SpecialValuesPropagate) {
 
 TEST(HalfRange, NearMaxAndOverflow) {
   auto a = ts::full<ts::half>({17}, ts::half(65504.0f));
-  EXPECT_EQ(static_cast<float>((a + ts::full<ts::half>({17}, ts::half(8.0f))).to_vector()[16]), 65504.0f);  // rounds back
+  EXPECT_EQ(static_cast<float>((a + ts::full<ts::half>({17}, ts::half(8.0f))).to_vector()[16]),
+            65504.0f);  // rounds back
   EXPECT_TRUE(std::isinf(static_cast<float>((a * 2).to_vector()[3])));
   EXPECT_TRUE(std::isinf(static_cast<float>((a + a).to_vector()[0])));
   EXPECT_EQ(static_cast<float>((a - a).to_vector()[5]), 0.0f);
@@ -228,7 +276,8 @@ TEST(Map, FusedNaryBroadcastAndOutForm) {
   tt::expect_close(tt::to_doubles(zv), want, 1e-6, "vectorized map");
   // Out-parameter form into a transposed view (strided output).
   auto out_t = ts::zeros<float>({13, 37});
-  ts::map_to(out_t.transpose(0, 1), [](auto a, auto b) { return a - b; }, x, y);
+  ts::map_to(
+      out_t.transpose(0, 1), [](auto a, auto b) { return a - b; }, x, y);
   auto want2 = tt::reference_binary(x, y, [](double a, double b) { return a - b; });
   tt::expect_close(tt::to_doubles(out_t.transpose(0, 1)), want2, 1e-6, "map_to strided");
   // Three inputs, mixed types; the result type is the functor's.
@@ -245,15 +294,19 @@ TEST(Map, FusedNaryBroadcastAndOutForm) {
 
 TEST(Map, AliasingInPlaceAndOverlap) {
   auto x = ts::arange<float>(10);
-  ts::map_to(x, [](float a) { return a * 10; }, x);  // exact alias: in place
+  ts::map_to(
+      x, [](float a) { return a * 10; }, x);  // exact alias: in place
   EXPECT_EQ(x.to_vector()[9], 90.0f);
   // Overlapping shifted views: the output must read the inputs as they were (as if copied).
   auto y = ts::arange<float>(10);
-  ts::map_to(y.slice(0, 1, 10), [](float a) { return a; }, y.slice(0, 0, 9));
+  ts::map_to(
+      y.slice(0, 1, 10), [](float a) { return a; }, y.slice(0, 0, 9));
   std::vector<float> want = {0, 0, 1, 2, 3, 4, 5, 6, 7, 8};
   EXPECT_EQ(y.to_vector(), want);
   auto e = ts::zeros<float>({1}).expand({4});
-  EXPECT_THROW(ts::map_to(e, [](float a) { return a; }, ts::ones<float>({4})), ts::shape_error);
+  EXPECT_THROW(ts::map_to(
+                   e, [](float a) { return a; }, ts::ones<float>({4})),
+               ts::shape_error);
 }
 
 TEST(Map, StreamingStoresForLargeOutputs) {
@@ -266,7 +319,8 @@ TEST(Map, StreamingStoresForLargeOutputs) {
   auto buf = ts::zeros<float>({n + 1});
   auto out = buf.slice(0, 1, n + 1);
   ts::set_num_threads(2);
-  ts::map_to(out, [](float a, float b) { return 3 * a - b; }, x, y);
+  ts::map_to(
+      out, [](float a, float b) { return 3 * a - b; }, x, y);
   auto vx = x.to_vector(), vy = y.to_vector(), vo = out.to_vector();
   int64_t bad = 0;
   for (int64_t i = 0; i < n; ++i) bad += vo[i] != 3 * vx[i] - vy[i];

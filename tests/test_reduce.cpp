@@ -39,8 +39,12 @@ double ref_prod(const std::vector<double>& v) {
 }
 double ref_max(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
 double ref_min(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
-double ref_argmax(const std::vector<double>& v) { return double(std::max_element(v.begin(), v.end()) - v.begin()); }
-double ref_argmin(const std::vector<double>& v) { return double(std::min_element(v.begin(), v.end()) - v.begin()); }
+double ref_argmax(const std::vector<double>& v) {
+  return double(std::max_element(v.begin(), v.end()) - v.begin());
+}
+double ref_argmin(const std::vector<double>& v) {
+  return double(std::min_element(v.begin(), v.end()) - v.begin());
+}
 double ref_var(const std::vector<double>& v, double corr) {
   const double m = ref_mean(v);
   double s = 0;
@@ -89,17 +93,19 @@ std::vector<std::vector<int>> axis_subsets(int rank) {
 }
 
 std::vector<ts::Shape> shapes() {
-  return {{}, {1}, {5}, {17}, {33}, {812}, {3, 4}, {1, 1}, {4, 1, 6}, {3, 4, 5}, {2, 3, 4, 5}, {7, 130},
-          {300, 19}, {2, 1, 3, 1, 2}};
+  return {{},     {1},       {5},       {17},         {33},     {812},     {3, 4},
+          {1, 1}, {4, 1, 6}, {3, 4, 5}, {2, 3, 4, 5}, {7, 130}, {300, 19}, {2, 1, 3, 1, 2}};
 }
 
 template <class T>
 class Reduce : public ::testing::Test {};
-using ReduceTypes = ::testing::Types<float, double, ts::half, ts::bfloat16, int32_t, int8_t, uint8_t>;
+using ReduceTypes =
+    ::testing::Types<float, double, ts::half, ts::bfloat16, int32_t, int8_t, uint8_t>;
 TYPED_TEST_SUITE(Reduce, ReduceTypes);
 
 template <class T, class Op>
-void check_op(const char* name, Op op, ref_fn ref, double lo, double hi, double tol, bool needs_nonempty) {
+void check_op(const char* name, Op op, ref_fn ref, double lo, double hi, double tol,
+              bool needs_nonempty) {
   ts::Generator g(17);
   for (const auto& s : shapes()) {
     for (layout l : {layout::contiguous, layout::transposed, layout::strided}) {
@@ -115,8 +121,10 @@ void check_op(const char* name, Op op, ref_fn ref, double lo, double hi, double 
           ts::Shape want_shape;
           for (int d = 0; d < s.rank(); ++d) {
             const bool r = axes.empty() || std::find(axes.begin(), axes.end(), d) != axes.end();
-            if (!r) want_shape.push_back(s[d]);
-            else if (keep) want_shape.push_back(1);
+            if (!r)
+              want_shape.push_back(s[d]);
+            else if (keep)
+              want_shape.push_back(1);
           }
           ASSERT_EQ(got.shape(), want_shape) << name << " " << s << " axes " << ax.to_string();
           std::vector<double> want;
@@ -139,29 +147,42 @@ TYPED_TEST(Reduce, AllOpsAllAxes) {
   using T = TypeParam;
   constexpr bool fl = ts::is_floating_v<T>;
   const double tol = fl ? std::max(tt::tolerance<T>(), 1e-5) : 1e-9;
-  check_op<T>("sum", [](auto& x, auto& a, bool k) { return ts::sum(x, a, k); }, ref_sum, -3, 3, tol, false);
-  check_op<T>("mean", [](auto& x, auto& a, bool k) { return ts::mean(x, a, k); }, ref_mean, -3, 3,
-              fl ? tol : 1e-6, false);
-  check_op<T>("max", [](auto& x, auto& a, bool k) { return ts::max(x, a, k); }, ref_max, -3, 3, tol, true);
-  check_op<T>("min", [](auto& x, auto& a, bool k) { return ts::min(x, a, k); }, ref_min, -3, 3, tol, true);
-  check_op<T>("prod", [](auto& x, auto& a, bool k) { return ts::prod(x, a, k); }, ref_prod, fl ? 0.5 : 1,
-              fl ? 1.5 : 1, std::max(tol, 1e-4), false);
-  check_op<T>("var", [](auto& x, auto& a, bool k) { return ts::var(x, a, k); }, ref_var1, -3, 3,
-              std::max(tol, 1e-5) * 4, false);
-  check_op<T>("var0", [](auto& x, auto& a, bool k) { return ts::var(x, a, k, 0.0); }, ref_var0, -3, 3,
-              std::max(tol, 1e-5) * 4, false);
-  check_op<T>("std", [](auto& x, auto& a, bool k) { return ts::std(x, a, k); }, ref_std1, -3, 3,
-              std::max(tol, 1e-5) * 4, false);
-  check_op<T>("norm2", [](auto& x, auto& a, bool k) { return ts::norm(x, 2.0, a, k); }, ref_norm2, -3, 3,
-              std::max(tol, 1e-5), false);
-  check_op<T>("norm1", [](auto& x, auto& a, bool k) { return ts::norm(x, 1.0, a, k); }, ref_norm1, -3, 3,
-              std::max(tol, 1e-5), false);
-  check_op<T>("norm3", [](auto& x, auto& a, bool k) { return ts::norm(x, 3.0, a, k); }, ref_norm3, -3, 3,
-              std::max(tol, 1e-5), false);
-  check_op<T>("norminf", [](auto& x, auto& a, bool k) { return ts::norm(x, INFINITY, a, k); }, ref_norminf,
-              -3, 3, std::max(tol, 1e-5), false);
-  check_op<T>("logsumexp", [](auto& x, auto& a, bool k) { return ts::logsumexp(x, a, k); }, ref_lse, -3, 3,
-              std::max(tol, 1e-5), false);
+  check_op<T>(
+      "sum", [](auto& x, auto& a, bool k) { return ts::sum(x, a, k); }, ref_sum, -3, 3, tol, false);
+  check_op<T>(
+      "mean", [](auto& x, auto& a, bool k) { return ts::mean(x, a, k); }, ref_mean, -3, 3,
+      fl ? tol : 1e-6, false);
+  check_op<T>(
+      "max", [](auto& x, auto& a, bool k) { return ts::max(x, a, k); }, ref_max, -3, 3, tol, true);
+  check_op<T>(
+      "min", [](auto& x, auto& a, bool k) { return ts::min(x, a, k); }, ref_min, -3, 3, tol, true);
+  check_op<T>(
+      "prod", [](auto& x, auto& a, bool k) { return ts::prod(x, a, k); }, ref_prod, fl ? 0.5 : 1,
+      fl ? 1.5 : 1, std::max(tol, 1e-4), false);
+  check_op<T>(
+      "var", [](auto& x, auto& a, bool k) { return ts::var(x, a, k); }, ref_var1, -3, 3,
+      std::max(tol, 1e-5) * 4, false);
+  check_op<T>(
+      "var0", [](auto& x, auto& a, bool k) { return ts::var(x, a, k, 0.0); }, ref_var0, -3, 3,
+      std::max(tol, 1e-5) * 4, false);
+  check_op<T>(
+      "std", [](auto& x, auto& a, bool k) { return ts::std(x, a, k); }, ref_std1, -3, 3,
+      std::max(tol, 1e-5) * 4, false);
+  check_op<T>(
+      "norm2", [](auto& x, auto& a, bool k) { return ts::norm(x, 2.0, a, k); }, ref_norm2, -3, 3,
+      std::max(tol, 1e-5), false);
+  check_op<T>(
+      "norm1", [](auto& x, auto& a, bool k) { return ts::norm(x, 1.0, a, k); }, ref_norm1, -3, 3,
+      std::max(tol, 1e-5), false);
+  check_op<T>(
+      "norm3", [](auto& x, auto& a, bool k) { return ts::norm(x, 3.0, a, k); }, ref_norm3, -3, 3,
+      std::max(tol, 1e-5), false);
+  check_op<T>(
+      "norminf", [](auto& x, auto& a, bool k) { return ts::norm(x, INFINITY, a, k); }, ref_norminf,
+      -3, 3, std::max(tol, 1e-5), false);
+  check_op<T>(
+      "logsumexp", [](auto& x, auto& a, bool k) { return ts::logsumexp(x, a, k); }, ref_lse, -3, 3,
+      std::max(tol, 1e-5), false);
 }
 
 TYPED_TEST(Reduce, ArgmaxArgminEveryAxis) {
@@ -213,7 +234,7 @@ TEST(ReduceAccuracy, Bfloat16AndHalfAccumulateInFloat) {
   EXPECT_EQ(static_cast<float>(ts::mean(b).item()), 1.0f);
   auto h = ts::full<ts::half>({4096}, ts::half(16.0f));
   EXPECT_TRUE(std::isinf(static_cast<float>(ts::sum(h).item())));  // 65536 overflows half
-  EXPECT_EQ(static_cast<float>(ts::mean(h).item()), 16.0f);        // but the float accumulator did not
+  EXPECT_EQ(static_cast<float>(ts::mean(h).item()), 16.0f);  // but the float accumulator did not
   auto hm = ts::full<ts::half>({3}, ts::half(65504.0f));
   EXPECT_EQ(static_cast<float>(ts::mean(hm).item()), 65504.0f);
 }
@@ -226,8 +247,9 @@ TEST(ReduceDeterminism, SameBitsForAnyThreadCount) {
   std::vector<std::vector<float>> r[2];
   for (int t : {1, 2}) {
     ts::set_num_threads(t);
-    r[t - 1] = {ts::sum(x, {1}).to_vector(), ts::sum(big).to_vector(), ts::sum(tall, {0}).to_vector(),
-                ts::var(big).to_vector(), ts::logsumexp(tall, {0}).to_vector(), ts::norm(x).to_vector()};
+    r[t - 1] = {ts::sum(x, {1}).to_vector(),          ts::sum(big).to_vector(),
+                ts::sum(tall, {0}).to_vector(),       ts::var(big).to_vector(),
+                ts::logsumexp(tall, {0}).to_vector(), ts::norm(x).to_vector()};
   }
   ts::set_num_threads(0);
   for (size_t i = 0; i < r[0].size(); ++i) EXPECT_EQ(r[0][i], r[1][i]) << "result " << i;
@@ -248,7 +270,8 @@ TEST(ReduceSpecial, NanInfAndEmpty) {
   auto l = ts::logsumexp(ts::full<float>({3}, -inf)).item();
   EXPECT_EQ(l, -inf);
   EXPECT_EQ(ts::logsumexp(ts::from_vector<float>({1, inf})).item(), inf);
-  EXPECT_NEAR(ts::logsumexp(ts::from_vector<float>({1000, 1000})).item(), 1000 + std::log(2.0), 1e-3);
+  EXPECT_NEAR(ts::logsumexp(ts::from_vector<float>({1000, 1000})).item(), 1000 + std::log(2.0),
+              1e-3);
   // Empty reductions: identities, or NaN for mean, or an error where there is no identity.
   auto e = ts::zeros<float>({1, 0, 3});
   EXPECT_EQ(ts::sum(e).item(), 0.0f);

@@ -130,7 +130,8 @@ TEST(Tensor, AstypeConversions) {
   EXPECT_EQ(static_cast<float>(e4.to_vector()[0]), 448.0f);  // saturating
   EXPECT_EQ(static_cast<float>(e4.to_vector()[1]), 448.0f);
   EXPECT_EQ(f.astype<bool>().to_vector(), (std::vector<bool>{true, true, true, true, true, true}));
-  EXPECT_EQ(ts::from_vector<double>({0.0, 1e-300}).astype<bool>().to_vector(), (std::vector<bool>{false, true}));
+  EXPECT_EQ(ts::from_vector<double>({0.0, 1e-300}).astype<bool>().to_vector(),
+            (std::vector<bool>{false, true}));
   // Conversions of strided views.
   auto t = ts::arange<int32_t>(6).reshape({2, 3}).transpose(0, 1).astype<double>();
   EXPECT_EQ(t.to_vector(), (std::vector<double>{0, 3, 1, 4, 2, 5}));

@@ -7,9 +7,8 @@
 #include <cmath>
 #include <functional>
 #include <string>
-#include <vector>
-
 #include <tessera/tessera.hpp>
+#include <vector>
 
 namespace tt {
 namespace ts = tessera;
@@ -19,16 +18,20 @@ template <class T, class B>
 std::vector<double> to_doubles(const ts::Tensor<T, B>& t) {
   auto v = t.template to<ts::cpu>().to_vector();
   std::vector<double> d(v.size());
-  for (size_t i = 0; i < v.size(); ++i) d[i] = static_cast<double>(static_cast<ts::compute_t<T>>(v[i]));
+  for (size_t i = 0; i < v.size(); ++i)
+    d[i] = static_cast<double>(static_cast<ts::compute_t<T>>(v[i]));
   return d;
 }
 
 /// Values that every dtype represents: small integers for integer types, a signed mix otherwise.
 template <class T>
-ts::Tensor<T, ts::cpu> random_tensor(const ts::Shape& s, ts::Generator& g, double lo = -3, double hi = 3) {
-  if constexpr (std::is_same_v<T, bool>) return ts::randint<T>(0, 2, s, g);
+ts::Tensor<T, ts::cpu> random_tensor(const ts::Shape& s, ts::Generator& g, double lo = -3,
+                                     double hi = 3) {
+  if constexpr (std::is_same_v<T, bool>)
+    return ts::randint<T>(0, 2, s, g);
   else if constexpr (std::is_integral_v<T>) {
-    const int64_t l = std::is_unsigned_v<T> ? 0 : static_cast<int64_t>(lo), h = static_cast<int64_t>(hi) + 1;
+    const int64_t l = std::is_unsigned_v<T> ? 0 : static_cast<int64_t>(lo),
+                  h = static_cast<int64_t>(hi) + 1;
     return ts::randint<T>(l, std::max(h, l + 1), s, g);
   } else {
     return ts::rand<T>(s, g, lo, hi);
@@ -54,7 +57,8 @@ inline int64_t broadcast_source(const std::vector<int64_t>& idx, const ts::Shape
 
 /// Reference of a binary elementwise op: f applied in double over the broadcast shape.
 template <class Ta, class Tb>
-std::vector<double> reference_binary(const ts::Tensor<Ta, ts::cpu>& a, const ts::Tensor<Tb, ts::cpu>& b,
+std::vector<double> reference_binary(const ts::Tensor<Ta, ts::cpu>& a,
+                                     const ts::Tensor<Tb, ts::cpu>& b,
                                      const std::function<double(double, double)>& f) {
   const ts::Shape s = ts::broadcast_shapes(a.shape(), b.shape());
   const auto da = to_doubles(a), db = to_doubles(b);
@@ -68,7 +72,8 @@ std::vector<double> reference_binary(const ts::Tensor<Ta, ts::cpu>& a, const ts:
   for (int64_t i = 0; i < s.numel(); i += last) {
     idx = unravel(i, s);
     const int64_t ia = broadcast_source(idx, a.shape()), ib = broadcast_source(idx, b.shape());
-    for (int64_t j = 0; j < last; ++j) out[i + j] = f(da[ia + (a_rep ? 0 : j)], db[ib + (b_rep ? 0 : j)]);
+    for (int64_t j = 0; j < last; ++j)
+      out[i + j] = f(da[ia + (a_rep ? 0 : j)], db[ib + (b_rep ? 0 : j)]);
   }
   return out;
 }
@@ -76,26 +81,36 @@ std::vector<double> reference_binary(const ts::Tensor<Ta, ts::cpu>& a, const ts:
 /// Relative tolerance for results stored in T: a few units in T's last place, for ints exact.
 template <class T>
 double tolerance() {
-  if constexpr (std::is_same_v<T, double>) return 1e-12;
-  else if constexpr (std::is_same_v<T, float>) return 2e-6;
-  else if constexpr (std::is_same_v<T, ts::half>) return 1e-3;
-  else if constexpr (std::is_same_v<T, ts::bfloat16>) return 8e-3;
-  else if constexpr (std::is_same_v<T, ts::float8_e4m3>) return 7e-2;
-  else if constexpr (std::is_same_v<T, ts::float8_e5m2>) return 1.3e-1;
-  else return 0;
+  if constexpr (std::is_same_v<T, double>)
+    return 1e-12;
+  else if constexpr (std::is_same_v<T, float>)
+    return 2e-6;
+  else if constexpr (std::is_same_v<T, ts::half>)
+    return 1e-3;
+  else if constexpr (std::is_same_v<T, ts::bfloat16>)
+    return 8e-3;
+  else if constexpr (std::is_same_v<T, ts::float8_e4m3>)
+    return 7e-2;
+  else if constexpr (std::is_same_v<T, ts::float8_e5m2>)
+    return 1.3e-1;
+  else
+    return 0;
 }
 
 /// got == want elementwise within rel*max(1,|want|); NaN must match NaN, infinities exactly.
-inline void expect_close(const std::vector<double>& got, const std::vector<double>& want, double rel,
-                         const std::string& what = "") {
+inline void expect_close(const std::vector<double>& got, const std::vector<double>& want,
+                         double rel, const std::string& what = "") {
   ASSERT_EQ(got.size(), want.size()) << what;
   int bad = 0;
   for (size_t i = 0; i < got.size() && bad < 5; ++i) {
     const double g = got[i], w = want[i];
     bool ok;
-    if (std::isnan(w)) ok = std::isnan(g);
-    else if (std::isinf(w)) ok = g == w;
-    else ok = std::abs(g - w) <= rel * std::max(1.0, std::abs(w));
+    if (std::isnan(w))
+      ok = std::isnan(g);
+    else if (std::isinf(w))
+      ok = g == w;
+    else
+      ok = std::abs(g - w) <= rel * std::max(1.0, std::abs(w));
     if (!ok) {
       ++bad;
       ADD_FAILURE() << what << " element " << i << ": got " << g << ", want " << w;

@@ -1,6 +1,9 @@
 // tessera/tessera.hpp - the umbrella header for CPU users (includes no CUDA headers).
 #pragma once
 
+// Layer order: core types, then the CPU backend's specialisations (which must be declared before
+// any op instantiates them), then the ops.
+// clang-format off
 #include "config.hpp"
 #include "core/dtype.hpp"
 #include "core/shape.hpp"
@@ -13,3 +16,4 @@
 #include "ops/elementwise.hpp"
 #include "ops/reduce.hpp"
 #include "io/print.hpp"
+// clang-format on

@@ -16,7 +16,8 @@ struct cuda {};
 
 namespace backend {
 
-template <class B> inline constexpr bool always_false = false;
+template <class B>
+inline constexpr bool always_false = false;
 
 /// Memory primitives of backend B: allocate/deallocate bytes, copy to/from host and within the
 /// device, and `host_accessible` (whether a CPU pointer dereference is valid). A backend

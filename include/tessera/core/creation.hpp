@@ -62,9 +62,11 @@ Tensor<T, B> from_vector(const std::vector<T>& values) {
 /// Copies shape.numel() elements from host memory at `data` (row-major) into a new tensor.
 template <element_type T, backend_tag B = default_backend>
 Tensor<T, B> from_data(const T* data, const Shape& shape) {
-  if (!data && shape.numel() > 0) detail::fail<error>("from_data", "null pointer for shape ", shape);
+  if (!data && shape.numel() > 0)
+    detail::fail<error>("from_data", "null pointer for shape ", shape);
   Tensor<T, B> t(shape);
-  backend::memory<B>::copy_from_host(t.data(), data, static_cast<size_t>(shape.numel()) * sizeof(T));
+  backend::memory<B>::copy_from_host(t.data(), data,
+                                     static_cast<size_t>(shape.numel()) * sizeof(T));
   return t;
 }
 
@@ -73,7 +75,8 @@ Tensor<T, B> from_data(const T* data, const Shape& shape) {
 template <element_type T, backend_tag B = default_backend>
 Tensor<T, B> arange(double start, double stop, double step = 1.0) {
   if (step == 0 || !std::isfinite(start) || !std::isfinite(stop) || !std::isfinite(step))
-    detail::fail<shape_error>("arange", "invalid range start=", start, " stop=", stop, " step=", step);
+    detail::fail<shape_error>("arange", "invalid range start=", start, " stop=", stop,
+                              " step=", step);
   const double n = std::ceil((stop - start) / step);
   if (n > 9.0e18) detail::fail<shape_error>("arange", "count ", n, " overflows int64");
   const int64_t count = n > 0 ? static_cast<int64_t>(n) : 0;
@@ -95,7 +98,7 @@ Tensor<T, B> linspace(double start, double end, int64_t steps) {
   // The second half counts back from `end`, so both ends are exact (as torch.linspace).
   for (int64_t i = 0; i < steps; ++i)
     v[i] = static_cast<T>(i < (steps + 1) / 2 ? start + d * static_cast<double>(i)
-                                        : end - d * static_cast<double>(steps - 1 - i));
+                                              : end - d * static_cast<double>(steps - 1 - i));
   return detail::from_host<T, B>(v, Shape{steps});
 }
 /// Uniform in [lo, hi) from gen (drawn on the host, so every backend gets the same values).
@@ -117,7 +120,8 @@ template <element_type T, backend_tag B = default_backend>
 Tensor<T, B> randint(int64_t lo, int64_t hi, const Shape& shape, Generator& gen) {
   if (hi <= lo) detail::fail<shape_error>("randint", "empty range [", lo, ", ", hi, ")");
   std::vector<T> v(static_cast<size_t>(shape.numel()));
-  for (auto& x : v) x = static_cast<T>(lo + static_cast<int64_t>(gen.below(static_cast<uint64_t>(hi - lo))));
+  for (auto& x : v)
+    x = static_cast<T>(lo + static_cast<int64_t>(gen.below(static_cast<uint64_t>(hi - lo))));
   return detail::from_host<T, B>(v, shape);
 }
 

@@ -14,16 +14,27 @@ TESSERA_BEGIN_NAMESPACE
 
 /// Runtime tag of an element type (for printing, file headers and error messages).
 enum class dtype : uint8_t {
-  float32, float64, float16, bfloat16, float8_e4m3, float8_e5m2,
-  int8, uint8, int32, int64, boolean
+  float32,
+  float64,
+  float16,
+  bfloat16,
+  float8_e4m3,
+  float8_e5m2,
+  int8,
+  uint8,
+  int32,
+  int64,
+  boolean
 };
 
 namespace detail {
-template <class T> struct dtype_info;
-#define TESSERA_DTYPE_INFO(T, TAG, NAME)                   \
-  template <> struct dtype_info<T> {                       \
-    static constexpr ::tessera::dtype tag = dtype::TAG;    \
-    static constexpr std::string_view name = NAME;         \
+template <class T>
+struct dtype_info;
+#define TESSERA_DTYPE_INFO(T, TAG, NAME)                \
+  template <>                                           \
+  struct dtype_info<T> {                                \
+    static constexpr ::tessera::dtype tag = dtype::TAG; \
+    static constexpr std::string_view name = NAME;      \
   };
 TESSERA_DTYPE_INFO(float, float32, "float32")
 TESSERA_DTYPE_INFO(double, float64, "float64")
@@ -41,16 +52,20 @@ TESSERA_DTYPE_INFO(bool, boolean, "bool")
 
 /// True for the eleven element types a Tensor can hold.
 template <class T>
-concept element_type = requires { detail::dtype_info<std::remove_cv_t<T>>::tag; };
+concept element_type = requires {
+  detail::dtype_info<std::remove_cv_t<T>>::tag;
+};
 
-template <element_type T> inline constexpr dtype dtype_of = detail::dtype_info<T>::tag;
-template <element_type T> inline constexpr std::string_view dtype_name = detail::dtype_info<T>::name;
+template <element_type T>
+inline constexpr dtype dtype_of = detail::dtype_info<T>::tag;
+template <element_type T>
+inline constexpr std::string_view dtype_name = detail::dtype_info<T>::name;
 
 /// Name of a runtime dtype ("float32", "bfloat16", ...).
 constexpr std::string_view name_of(dtype d) {
-  constexpr std::string_view names[] = {"float32", "float64", "float16", "bfloat16",
-                                        "float8_e4m3", "float8_e5m2", "int8", "uint8",
-                                        "int32", "int64", "bool"};
+  constexpr std::string_view names[] = {"float32",     "float64",     "float16", "bfloat16",
+                                        "float8_e4m3", "float8_e5m2", "int8",    "uint8",
+                                        "int32",       "int64",       "bool"};
   return names[static_cast<int>(d)];
 }
 
@@ -76,31 +91,48 @@ using accum_t = std::conditional_t<std::is_same_v<T, double>, double,
 
 namespace detail {
 // Rank of the floating formats for promotion: a wider format absorbs a narrower one.
-template <class T> constexpr int float_rank() {
-  if constexpr (std::is_same_v<T, double>) return 4;
-  else if constexpr (std::is_same_v<T, float>) return 3;
-  else if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) return 2;
-  else if constexpr (is_low_precision_v<T>) return 1;
-  else return 0;
+template <class T>
+constexpr int float_rank() {
+  if constexpr (std::is_same_v<T, double>)
+    return 4;
+  else if constexpr (std::is_same_v<T, float>)
+    return 3;
+  else if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>)
+    return 2;
+  else if constexpr (is_low_precision_v<T>)
+    return 1;
+  else
+    return 0;
 }
 
-template <class A, class B> constexpr auto promote_impl() {
-  if constexpr (std::is_same_v<A, B>) return A{};
-  else if constexpr (std::is_same_v<A, bool>) return B{};
-  else if constexpr (std::is_same_v<B, bool>) return A{};
-  else if constexpr (is_floating_v<A> && !is_floating_v<B>) return A{};
-  else if constexpr (is_floating_v<B> && !is_floating_v<A>) return B{};
+template <class A, class B>
+constexpr auto promote_impl() {
+  if constexpr (std::is_same_v<A, B>)
+    return A{};
+  else if constexpr (std::is_same_v<A, bool>)
+    return B{};
+  else if constexpr (std::is_same_v<B, bool>)
+    return A{};
+  else if constexpr (is_floating_v<A> && !is_floating_v<B>)
+    return A{};
+  else if constexpr (is_floating_v<B> && !is_floating_v<A>)
+    return B{};
   else if constexpr (is_floating_v<A>) {
     // Two different floating formats: the wider one; two of equal width but different layout
     // (half/bfloat16, e4m3/e5m2) have no common format, so they meet in float.
     constexpr int ra = float_rank<A>(), rb = float_rank<B>();
-    if constexpr (ra > rb) return A{};
-    else if constexpr (rb > ra) return B{};
-    else return float{};
+    if constexpr (ra > rb)
+      return A{};
+    else if constexpr (rb > ra)
+      return B{};
+    else
+      return float{};
   } else {
     // Two different integer types.
-    if constexpr (std::is_same_v<A, int64_t> || std::is_same_v<B, int64_t>) return int64_t{};
-    else return int32_t{};  // int8/uint8/int32 mixes
+    if constexpr (std::is_same_v<A, int64_t> || std::is_same_v<B, int64_t>)
+      return int64_t{};
+    else
+      return int32_t{};  // int8/uint8/int32 mixes
   }
 }
 }  // namespace detail

@@ -48,7 +48,8 @@ class dim_list {
     --n_;
   }
   void resize(int n, int64_t fill = 0) {
-    if (n < 0 || n > max_rank) fail<shape_error>("Shape", "rank ", n, " is not in [0, ", max_rank, "]");
+    if (n < 0 || n > max_rank)
+      fail<shape_error>("Shape", "rank ", n, " is not in [0, ", max_rank, "]");
     for (int i = n_; i < n; ++i) v_[i] = fill;
     n_ = n;
   }
@@ -97,7 +98,9 @@ class Shape : public detail::dim_list {
     int64_t n = 1;
     for (int i = 0; i < size(); ++i) {
       int64_t d = (*this)[i];
-      if (d < 0) detail::fail<shape_error>("Shape", "extent ", d, " at dim ", i, " of ", to_string(), " is negative");
+      if (d < 0)
+        detail::fail<shape_error>("Shape", "extent ", d, " at dim ", i, " of ", to_string(),
+                                  " is negative");
       if (__builtin_mul_overflow(n, d, &n))
         detail::fail<shape_error>("Shape", "element count of ", to_string(), " overflows int64");
     }
@@ -110,7 +113,9 @@ class Strides : public detail::dim_list {
  public:
   using dim_list::dim_list;
   explicit Strides(const dim_list& v) : dim_list(v) {}
-  friend std::ostream& operator<<(std::ostream& os, const Strides& s) { return os << s.to_string(); }
+  friend std::ostream& operator<<(std::ostream& os, const Strides& s) {
+    return os << s.to_string();
+  }
 };
 
 /// Row-major (C-order) strides of a shape.
@@ -129,7 +134,8 @@ namespace detail {
 /// Wraps a possibly negative axis into [0, rank), or throws index_error naming the op.
 inline int wrap_axis(std::string_view op, int64_t axis, int rank) {
   const int r = std::max(rank, 1);  // a scalar accepts axis 0 / -1, as in NumPy's keepdims logic
-  if (axis < -r || axis >= r) fail<index_error>(op, "axis ", axis, " is out of range for rank ", rank);
+  if (axis < -r || axis >= r)
+    fail<index_error>(op, "axis ", axis, " is out of range for rank ", rank);
   return static_cast<int>(axis < 0 ? axis + r : axis);
 }
 }  // namespace detail
@@ -143,8 +149,8 @@ inline Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view o
     int ia = i - (r - a.rank()), ib = i - (r - b.rank());
     int64_t da = ia >= 0 ? a[ia] : 1, db = ib >= 0 ? b[ib] : 1;
     if (da != db && da != 1 && db != 1)
-      detail::fail<shape_error>(op, "shapes ", a, " and ", b, " cannot be broadcast (dim ", i,
-                                ": ", da, " vs ", db, ")");
+      detail::fail<shape_error>(op, "shapes ", a, " and ", b, " cannot be broadcast (dim ", i, ": ",
+                                da, " vs ", db, ")");
     out[i] = da == 1 ? db : da;
   }
   return out;

@@ -83,18 +83,22 @@ class Tensor {
     if (auto st = view_strides(s)) return Tensor(storage_, s, *st, offset_);
     return contiguous().reshape(dims);
   }
-  Tensor reshape(std::initializer_list<int64_t> dims) const { return reshape(std::span(dims.begin(), dims.size())); }
+  Tensor reshape(std::initializer_list<int64_t> dims) const {
+    return reshape(std::span(dims.begin(), dims.size()));
+  }
   Tensor reshape(const Shape& s) const { return reshape(s.span()); }
   /// As reshape, but never copies: throws shape_error when the strides do not allow a view.
   Tensor view(std::span<const int64_t> dims) const {
     Shape s = infer_shape("view", dims);
     auto st = view_strides(s);
     if (!st)
-      detail::fail<shape_error>("view", "cannot view ", shape_, " with strides ", strides_, " as ", s,
-                                " without copying; use reshape()");
+      detail::fail<shape_error>("view", "cannot view ", shape_, " with strides ", strides_, " as ",
+                                s, " without copying; use reshape()");
     return Tensor(storage_, s, *st, offset_);
   }
-  Tensor view(std::initializer_list<int64_t> dims) const { return view(std::span(dims.begin(), dims.size())); }
+  Tensor view(std::initializer_list<int64_t> dims) const {
+    return view(std::span(dims.begin(), dims.size()));
+  }
   Tensor view(const Shape& s) const { return view(s.span()); }
   /// Flattens to 1-D (a view when possible).
   Tensor flatten() const { return reshape({-1}); }
@@ -102,7 +106,8 @@ class Tensor {
   /// Swaps two dimensions.
   Tensor transpose(int64_t d0, int64_t d1) const {
     check_defined("transpose");
-    int a = detail::wrap_axis("transpose", d0, rank()), b = detail::wrap_axis("transpose", d1, rank());
+    int a = detail::wrap_axis("transpose", d0, rank()),
+        b = detail::wrap_axis("transpose", d1, rank());
     if (rank() == 0) return *this;
     Shape s = shape_;
     Strides st = strides_;
@@ -114,7 +119,8 @@ class Tensor {
   Tensor permute(std::span<const int64_t> perm) const {
     check_defined("permute");
     if (static_cast<int>(perm.size()) != rank())
-      detail::fail<shape_error>("permute", "permutation of length ", perm.size(), " for rank ", rank());
+      detail::fail<shape_error>("permute", "permutation of length ", perm.size(), " for rank ",
+                                rank());
     Shape s;
     Strides st;
     bool seen[max_rank] = {};
@@ -127,7 +133,9 @@ class Tensor {
     }
     return Tensor(storage_, s, st, offset_);
   }
-  Tensor permute(std::initializer_list<int64_t> perm) const { return permute(std::span(perm.begin(), perm.size())); }
+  Tensor permute(std::initializer_list<int64_t> perm) const {
+    return permute(std::span(perm.begin(), perm.size()));
+  }
 
   /// Elements start, start+step, ... below stop along dim (Python slice semantics: negative
   /// start/stop count from the end and are clamped; step must be positive).
@@ -152,7 +160,8 @@ class Tensor {
     int d = detail::wrap_axis("select", dim, rank());
     if (rank() == 0) detail::fail<index_error>("select", "cannot select from a rank-0 tensor");
     if (index < -shape_[d] || index >= shape_[d])
-      detail::fail<index_error>("select", "index ", index, " out of range for dim ", d, " of size ", shape_[d]);
+      detail::fail<index_error>("select", "index ", index, " out of range for dim ", d, " of size ",
+                                shape_[d]);
     if (index < 0) index += shape_[d];
     Shape s = shape_;
     Strides st = strides_;
@@ -195,7 +204,9 @@ class Tensor {
   Tensor expand(std::initializer_list<int64_t> target) const {
     return expand_impl("expand", std::span(target.begin(), target.size()));
   }
-  Tensor broadcast_to(const Shape& target) const { return expand_impl("broadcast_to", target.span()); }
+  Tensor broadcast_to(const Shape& target) const {
+    return expand_impl("broadcast_to", target.span());
+  }
 
   // ---- copies and conversions (defined in core/tensor_copy.hpp, which needs the kernels) ----
 
@@ -233,7 +244,8 @@ class Tensor {
                   "tessera: element access needs a host-accessible backend; use to<cpu>() first");
     check_defined("at");
     if (static_cast<int>(idx.size()) != rank())
-      detail::fail<index_error>("at", idx.size(), " indices for a tensor of rank ", rank(), " ", shape_);
+      detail::fail<index_error>("at", idx.size(), " indices for a tensor of rank ", rank(), " ",
+                                shape_);
     int64_t off = 0;
     for (int i = 0; i < rank(); ++i) {
       int64_t k = idx[i];
@@ -270,7 +282,8 @@ class Tensor {
     }
     if (infer >= 0) {
       if (known == 0 || numel() % known != 0)
-        detail::fail<shape_error>(op, "cannot infer -1 reshaping ", shape_, " (", numel(), " elements)");
+        detail::fail<shape_error>(op, "cannot infer -1 reshaping ", shape_, " (", numel(),
+                                  " elements)");
       s[infer] = numel() / known;
     }
     s.validate();
@@ -310,7 +323,8 @@ class Tensor {
   Tensor expand_impl(std::string_view op, std::span<const int64_t> target) const {
     check_defined(op);
     const int r = static_cast<int>(target.size());
-    if (r < rank()) detail::fail<shape_error>(op, "cannot expand ", shape_, " to fewer dims (", r, ")");
+    if (r < rank())
+      detail::fail<shape_error>(op, "cannot expand ", shape_, " to fewer dims (", r, ")");
     Shape s;
     Strides st;
     s.resize(r);
@@ -324,8 +338,9 @@ class Tensor {
       }
       if (want < 0) detail::fail<shape_error>(op, "extent ", want, " is negative");
       if (src != want && src != 1)
-        detail::fail<shape_error>(op, "cannot expand ", shape_, " to ", detail::dim_list(target).to_string(),
-                                  " (dim ", i, ": ", src, " vs ", want, ")");
+        detail::fail<shape_error>(op, "cannot expand ", shape_, " to ",
+                                  detail::dim_list(target).to_string(), " (dim ", i, ": ", src,
+                                  " vs ", want, ")");
       s[i] = want;
       st[i] = (j >= 0 && src == want) ? strides_[j] : 0;
     }

@@ -35,8 +35,10 @@ template <element_type T, backend_tag B>
 template <element_type U>
 Tensor<U, B> Tensor<T, B>::astype() const {
   check_defined("astype");
-  if constexpr (std::is_same_v<U, T>) return clone();
-  else return detail::copy_through<U>(*this, fn::convert_to<U>{});
+  if constexpr (std::is_same_v<U, T>)
+    return clone();
+  else
+    return detail::copy_through<U>(*this, fn::convert_to<U>{});
 }
 
 template <element_type T, backend_tag B>
@@ -81,7 +83,8 @@ template <element_type T, backend_tag B>
 T Tensor<T, B>::item() const {
   check_defined("item");
   if (numel() != 1)
-    detail::fail<shape_error>("item", "tensor of shape ", shape_, " has ", numel(), " elements, not 1");
+    detail::fail<shape_error>("item", "tensor of shape ", shape_, " has ", numel(),
+                              " elements, not 1");
   T v;
   backend::memory<B>::copy_to_host(&v, data(), sizeof(T));
   return v;

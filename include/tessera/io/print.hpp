@@ -12,10 +12,14 @@ namespace detail {
 
 template <class T>
 void print_element(std::ostream& os, T v) {
-  if constexpr (std::is_same_v<T, bool>) os << (v ? "true" : "false");
-  else if constexpr (std::is_same_v<T, int8_t> || std::is_same_v<T, uint8_t>) os << static_cast<int>(v);
-  else if constexpr (is_low_precision_v<T>) os << static_cast<float>(v);
-  else os << v;
+  if constexpr (std::is_same_v<T, bool>)
+    os << (v ? "true" : "false");
+  else if constexpr (std::is_same_v<T, int8_t> || std::is_same_v<T, uint8_t>)
+    os << static_cast<int>(v);
+  else if constexpr (is_low_precision_v<T>)
+    os << static_cast<float>(v);
+  else
+    os << v;
 }
 
 // Prints dims [d, rank) of the row-major host copy starting at flat index `base`; long dims

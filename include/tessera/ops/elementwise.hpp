@@ -11,8 +11,10 @@ namespace detail {
 /// needed (so SIMD-capable functors stay SIMD-capable), otherwise behind a converting wrapper.
 template <class C, class F, class... In>
 auto in_compute_type(F f) {
-  if constexpr ((std::is_same_v<In, C> && ...)) return f;
-  else return fn::cast_args<C, F>{f};
+  if constexpr ((std::is_same_v<In, C> && ...))
+    return f;
+  else
+    return fn::cast_args<C, F>{f};
 }
 
 /// Binary op with promotion: result R (or bool for predicates), arithmetic in compute_t<R>.
@@ -71,7 +73,8 @@ concept scalar = std::is_arithmetic_v<T>;
     return detail::binary_op<RESULT>(#NAME, FUNCTOR{}, a, b);                                     \
   }                                                                                               \
   template <element_type A, element_type Bt, element_type O, class B>                             \
-  const Tensor<O, B>& NAME(const Tensor<A, B>& a, const Tensor<Bt, B>& b, const Tensor<O, B>& out) { \
+  const Tensor<O, B>& NAME(const Tensor<A, B>& a, const Tensor<Bt, B>& b,                         \
+                           const Tensor<O, B>& out) {                                             \
     return detail::binary_op_to<RESULT>(#NAME, FUNCTOR{}, a, b, out);                             \
   }                                                                                               \
   template <element_type T, detail::scalar S, class B>                                            \
@@ -112,9 +115,9 @@ TESSERA_BINARY_OP(logical_xor, fn::logical_xor, bool)
 #undef TESSERA_BINARY_OP
 
 // ---- unary ----
-#define TESSERA_UNARY_OP(NAME, FUNCTOR, FLOAT_RESULT)          \
-  template <element_type T, class B>                           \
-  auto NAME(const Tensor<T, B>& a) {                           \
+#define TESSERA_UNARY_OP(NAME, FUNCTOR, FLOAT_RESULT)           \
+  template <element_type T, class B>                            \
+  auto NAME(const Tensor<T, B>& a) {                            \
     return detail::unary_op<FLOAT_RESULT>(#NAME, FUNCTOR{}, a); \
   }
 /// Elementwise math. Functions with real-valued results (exp, log, sqrt, trig, sigmoid, gelu,
@@ -157,7 +160,9 @@ Tensor<T, B> clamp(const Tensor<T, B>& a, double lo, double hi) {
   if (!(lo <= hi)) detail::fail<error>("clamp", "lo ", lo, " is greater than hi ", hi);
   using C = compute_t<T>;
   Tensor<T, B> out(a.shape());
-  detail::launch_map(detail::in_compute_type<C, fn::clamp_<C>, T>(fn::clamp_<C>{static_cast<C>(lo), static_cast<C>(hi)}), out, a);
+  detail::launch_map(detail::in_compute_type<C, fn::clamp_<C>, T>(
+                         fn::clamp_<C>{static_cast<C>(lo), static_cast<C>(hi)}),
+                     out, a);
   return out;
 }
 
@@ -174,13 +179,19 @@ auto where(const Tensor<C, B>& cond, const Tensor<A, B>& a, const Tensor<Bt, B>&
 }
 
 // ---- operators ----
-#define TESSERA_OPERATOR(OP, NAME)                                                          \
-  template <element_type A, element_type Bt, class B>                                       \
-  auto operator OP(const Tensor<A, B>& a, const Tensor<Bt, B>& b) { return NAME(a, b); }    \
-  template <element_type T, detail::scalar S, class B>                                      \
-  auto operator OP(const Tensor<T, B>& a, S s) { return NAME(a, s); }                       \
-  template <detail::scalar S, element_type T, class B>                                      \
-  auto operator OP(S s, const Tensor<T, B>& a) { return NAME(s, a); }
+#define TESSERA_OPERATOR(OP, NAME)                                  \
+  template <element_type A, element_type Bt, class B>               \
+  auto operator OP(const Tensor<A, B>& a, const Tensor<Bt, B>& b) { \
+    return NAME(a, b);                                              \
+  }                                                                 \
+  template <element_type T, detail::scalar S, class B>              \
+  auto operator OP(const Tensor<T, B>& a, S s) {                    \
+    return NAME(a, s);                                              \
+  }                                                                 \
+  template <detail::scalar S, element_type T, class B>              \
+  auto operator OP(S s, const Tensor<T, B>& a) {                    \
+    return NAME(s, a);                                              \
+  }
 TESSERA_OPERATOR(+, add)
 TESSERA_OPERATOR(-, sub)
 TESSERA_OPERATOR(*, mul)
@@ -200,25 +211,26 @@ Tensor<T, B> operator-(const Tensor<T, B>& a) {
 
 /// Compound assignment: computes in place into a (b broadcast to a's shape, the result converted
 /// to a's element type). Returns a.
-#define TESSERA_COMPOUND(OP, FUNCTOR)                                                         \
-  template <element_type T, element_type U, class B>                                          \
-  const Tensor<T, B>& operator OP(const Tensor<T, B>& a, const Tensor<U, B>& b) {             \
-    detail::check_writable(#OP, a);                                                           \
-    b.check_defined(#OP);                                                                     \
-    const Shape s = broadcast_shapes(a.shape(), b.shape(), #OP);                              \
-    if (!(s == a.shape()))                                                                    \
-      detail::fail<shape_error>(#OP, "cannot broadcast ", b.shape(), " into ", a.shape());    \
-    using C = compute_t<promote_t<T, U>>;                                                     \
-    detail::launch_map(detail::in_compute_type<C, FUNCTOR, T, U>(FUNCTOR{}), a, a, b);        \
-    return a;                                                                                 \
-  }                                                                                           \
-  template <element_type T, detail::scalar S, class B>                                        \
-  const Tensor<T, B>& operator OP(const Tensor<T, B>& a, S s) {                               \
-    detail::check_writable(#OP, a);                                                           \
-    using C = compute_t<T>;                                                                   \
-    using Bind = fn::bind_right<FUNCTOR, C>;                                                  \
-    detail::launch_map(detail::in_compute_type<C, Bind, T>(Bind{FUNCTOR{}, static_cast<C>(s)}), a, a); \
-    return a;                                                                                 \
+#define TESSERA_COMPOUND(OP, FUNCTOR)                                                              \
+  template <element_type T, element_type U, class B>                                               \
+  const Tensor<T, B>& operator OP(const Tensor<T, B>& a, const Tensor<U, B>& b) {                  \
+    detail::check_writable(#OP, a);                                                                \
+    b.check_defined(#OP);                                                                          \
+    const Shape s = broadcast_shapes(a.shape(), b.shape(), #OP);                                   \
+    if (!(s == a.shape()))                                                                         \
+      detail::fail<shape_error>(#OP, "cannot broadcast ", b.shape(), " into ", a.shape());         \
+    using C = compute_t<promote_t<T, U>>;                                                          \
+    detail::launch_map(detail::in_compute_type<C, FUNCTOR, T, U>(FUNCTOR{}), a, a, b);             \
+    return a;                                                                                      \
+  }                                                                                                \
+  template <element_type T, detail::scalar S, class B>                                             \
+  const Tensor<T, B>& operator OP(const Tensor<T, B>& a, S s) {                                    \
+    detail::check_writable(#OP, a);                                                                \
+    using C = compute_t<T>;                                                                        \
+    using Bind = fn::bind_right<FUNCTOR, C>;                                                       \
+    detail::launch_map(detail::in_compute_type<C, Bind, T>(Bind{FUNCTOR{}, static_cast<C>(s)}), a, \
+                       a);                                                                         \
+    return a;                                                                                      \
   }
 TESSERA_COMPOUND(+=, fn::add)
 TESSERA_COMPOUND(-=, fn::sub)

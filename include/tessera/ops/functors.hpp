@@ -36,7 +36,7 @@ inline constexpr T infinity_v = std::numeric_limits<T>::infinity();
 
 // Unary functors on a scalar type T (after the ops layer converted to the compute type) and,
 // where `simd` is set, on packs V for which the named vector function exists.
-#define TESSERA_UNARY_FN(NAME, COST, SCALAR_EXPR, VEC_EXPR)                           \
+#define TESSERA_UNARY_FN(NAME, COST, SCALAR_EXPR, VEC_EXPR)                            \
   struct NAME {                                                                        \
     static constexpr bool simd = true;                                                 \
     static constexpr int cost = COST;                                                  \
@@ -46,10 +46,8 @@ inline constexpr T infinity_v = std::numeric_limits<T>::infinity();
       return SCALAR_EXPR;                                                              \
     }                                                                                  \
     template <class V>                                                                 \
-      requires(!arith<V>) && requires(V x) { VEC_EXPR; }                               \
-    V operator()(V x) const {                                                          \
-      return VEC_EXPR;                                                                 \
-    }                                                                                  \
+    requires(!arith<V>) && requires(V x) { VEC_EXPR; }                                 \
+    V operator()(V x) const { return VEC_EXPR; }                                       \
   };
 
 TESSERA_UNARY_FN(neg, 1, static_cast<T>(-x), -x)
@@ -68,14 +66,14 @@ TESSERA_UNARY_FN(rsqrt, 3, static_cast<T>(T(1) / sqrt(x)), 1 / sqrt(x))
 
 // Scalar-only unary functors (no vector implementation: the compiler's auto-vectorizer, or the
 // plain loop, handles them).
-#define TESSERA_SCALAR_FN(NAME, COST, EXPR)                                           \
-  struct NAME {                                                                       \
-    static constexpr int cost = COST;                                                 \
-    template <arith T>                                                                \
-    TESSERA_HOST_DEVICE T operator()(T x) const {                                     \
-      using std::sin, std::cos, std::erf, std::log1p, std::expm1, std::sqrt;          \
-      return EXPR;                                                                    \
-    }                                                                                 \
+#define TESSERA_SCALAR_FN(NAME, COST, EXPR)                                  \
+  struct NAME {                                                              \
+    static constexpr int cost = COST;                                        \
+    template <arith T>                                                       \
+    TESSERA_HOST_DEVICE T operator()(T x) const {                            \
+      using std::sin, std::cos, std::erf, std::log1p, std::expm1, std::sqrt; \
+      return EXPR;                                                           \
+    }                                                                        \
   };
 TESSERA_SCALAR_FN(sign, 1, static_cast<T>(x != x ? x : (x > T(0)) - (x < T(0))))
 TESSERA_SCALAR_FN(sin_, 10, static_cast<T>(sin(x)))
@@ -84,20 +82,20 @@ TESSERA_SCALAR_FN(erf_, 10, static_cast<T>(erf(x)))
 TESSERA_SCALAR_FN(log1p_, 10, static_cast<T>(log1p(x)))
 TESSERA_SCALAR_FN(expm1_, 10, static_cast<T>(expm1(x)))
 // Exact GELU, x * Phi(x), as torch.nn.functional.gelu's default.
-TESSERA_SCALAR_FN(gelu, 12, static_cast<T>(x * T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)))))
+TESSERA_SCALAR_FN(gelu, 12, static_cast<T>(x* T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)))))
 #undef TESSERA_SCALAR_FN
 
-#define TESSERA_BINARY_FN(NAME, SIMD, EXPR)                                  \
-  struct NAME {                                                              \
-    static constexpr bool simd = SIMD;                                       \
-    template <class T>                                                       \
-    TESSERA_HOST_DEVICE T operator()(T a, T b) const {                       \
-      return EXPR;                                                           \
-    }                                                                        \
+#define TESSERA_BINARY_FN(NAME, SIMD, EXPR)            \
+  struct NAME {                                        \
+    static constexpr bool simd = SIMD;                 \
+    template <class T>                                 \
+    TESSERA_HOST_DEVICE T operator()(T a, T b) const { \
+      return EXPR;                                     \
+    }                                                  \
   };
 TESSERA_BINARY_FN(add, true, a + b)
 TESSERA_BINARY_FN(sub, true, a - b)
-TESSERA_BINARY_FN(mul, true, a * b)
+TESSERA_BINARY_FN(mul, true, a* b)
 #undef TESSERA_BINARY_FN
 
 /// max/min that propagate NaN (torch.maximum / torch.minimum).
@@ -112,10 +110,8 @@ struct maximum {
     return a > b ? a : b;
   }
   template <class V>
-    requires(!arith<V>) && requires(V v) { max(v, v); }
-  V operator()(V a, V b) const {
-    return max(a, b);
-  }
+  requires(!arith<V>) && requires(V v) { max(v, v); }
+  V operator()(V a, V b) const { return max(a, b); }
 };
 struct minimum {
   static constexpr bool simd = true;
@@ -128,10 +124,8 @@ struct minimum {
     return a < b ? a : b;
   }
   template <class V>
-    requires(!arith<V>) && requires(V v) { min(v, v); }
-  V operator()(V a, V b) const {
-    return min(a, b);
-  }
+  requires(!arith<V>) && requires(V v) { min(v, v); }
+  V operator()(V a, V b) const { return min(a, b); }
 };
 /// a^b (std::pow; integer powers by repeated squaring, negative exponents give 0 unless |a|=1).
 struct pow_ {
@@ -154,8 +148,10 @@ struct pow_ {
 struct fmod_ {
   template <arith T>
   TESSERA_HOST_DEVICE T operator()(T a, T b) const {
-    if constexpr (std::is_floating_point_v<T>) return static_cast<T>(std::fmod(a, b));
-    else return b == 0 ? T(0) : static_cast<T>(a % b);
+    if constexpr (std::is_floating_point_v<T>)
+      return static_cast<T>(std::fmod(a, b));
+    else
+      return b == 0 ? T(0) : static_cast<T>(a % b);
   }
 };
 /// Integer division by zero yields 0 rather than trapping (documented in the op).
@@ -163,22 +159,21 @@ struct safe_div {
   static constexpr bool simd = true;
   template <arith T>
   TESSERA_HOST_DEVICE T operator()(T a, T b) const {
-    if constexpr (std::is_floating_point_v<T>) return a / b;
-    else return b == 0 ? T(0) : static_cast<T>(a / b);
+    if constexpr (std::is_floating_point_v<T>)
+      return a / b;
+    else
+      return b == 0 ? T(0) : static_cast<T>(a / b);
   }
   template <class V>
-    requires(!arith<V>)
-  V operator()(V a, V b) const {
-    return a / b;
-  }
+  requires(!arith<V>) V operator()(V a, V b) const { return a / b; }
 };
 
-#define TESSERA_CMP_FN(NAME, OP)                       \
-  struct NAME {                                        \
-    template <class T>                                 \
+#define TESSERA_CMP_FN(NAME, OP)                          \
+  struct NAME {                                           \
+    template <class T>                                    \
     TESSERA_HOST_DEVICE bool operator()(T a, T b) const { \
-      return a OP b;                                   \
-    }                                                  \
+      return a OP b;                                      \
+    }                                                     \
   };
 TESSERA_CMP_FN(eq, ==)
 TESSERA_CMP_FN(ne, !=)
@@ -190,19 +185,27 @@ TESSERA_CMP_FN(ge, >=)
 
 struct logical_and {
   template <class T>
-  TESSERA_HOST_DEVICE bool operator()(T a, T b) const { return static_cast<bool>(a) && static_cast<bool>(b); }
+  TESSERA_HOST_DEVICE bool operator()(T a, T b) const {
+    return static_cast<bool>(a) && static_cast<bool>(b);
+  }
 };
 struct logical_or {
   template <class T>
-  TESSERA_HOST_DEVICE bool operator()(T a, T b) const { return static_cast<bool>(a) || static_cast<bool>(b); }
+  TESSERA_HOST_DEVICE bool operator()(T a, T b) const {
+    return static_cast<bool>(a) || static_cast<bool>(b);
+  }
 };
 struct logical_xor {
   template <class T>
-  TESSERA_HOST_DEVICE bool operator()(T a, T b) const { return static_cast<bool>(a) != static_cast<bool>(b); }
+  TESSERA_HOST_DEVICE bool operator()(T a, T b) const {
+    return static_cast<bool>(a) != static_cast<bool>(b);
+  }
 };
 struct logical_not {
   template <class T>
-  TESSERA_HOST_DEVICE bool operator()(T a) const { return !static_cast<bool>(a); }
+  TESSERA_HOST_DEVICE bool operator()(T a) const {
+    return !static_cast<bool>(a);
+  }
 };
 /// cond ? a : b, converted to R.
 template <class R>
@@ -220,20 +223,26 @@ struct clamp_ {
 };
 template <class F>
 constexpr bool simd_of() {
-  if constexpr (requires { F::simd; }) return F::simd;
-  else return false;
+  if constexpr (requires { F::simd; })
+    return F::simd;
+  else
+    return false;
 }
 template <class F>
 constexpr int cost_of() {
-  if constexpr (requires { F::cost; }) return F::cost;
-  else return 1;
+  if constexpr (requires { F::cost; })
+    return F::cost;
+  else
+    return 1;
 }
 
 /// Binds a scalar as the second (bind_right) or first (bind_left) operand of a binary functor.
 template <class V, class S>
 TESSERA_HOST_DEVICE V splat(S s) {
-  if constexpr (std::is_arithmetic_v<V>) return static_cast<V>(s);
-  else return V::broadcast(static_cast<typename V::value_type>(s));
+  if constexpr (std::is_arithmetic_v<V>)
+    return static_cast<V>(s);
+  else
+    return V::broadcast(static_cast<typename V::value_type>(s));
 }
 template <class F, class S>
 struct bind_right {
@@ -242,7 +251,9 @@ struct bind_right {
   static constexpr bool simd = simd_of<F>();
   static constexpr int cost = cost_of<F>();
   template <class V>
-  TESSERA_HOST_DEVICE auto operator()(V x) const -> decltype(f(x, x)) { return f(x, splat<V>(s)); }
+  TESSERA_HOST_DEVICE auto operator()(V x) const -> decltype(f(x, x)) {
+    return f(x, splat<V>(s));
+  }
 };
 template <class F, class S>
 struct bind_left {
@@ -251,14 +262,18 @@ struct bind_left {
   static constexpr bool simd = simd_of<F>();
   static constexpr int cost = cost_of<F>();
   template <class V>
-  TESSERA_HOST_DEVICE auto operator()(V x) const -> decltype(f(x, x)) { return f(splat<V>(s), x); }
+  TESSERA_HOST_DEVICE auto operator()(V x) const -> decltype(f(x, x)) {
+    return f(splat<V>(s), x);
+  }
 };
 /// Calls f after converting every argument to C (the compute type of low-precision inputs).
 template <class C, class F>
 struct cast_args {
   F f;
   template <class... A>
-  TESSERA_HOST_DEVICE auto operator()(A... a) const { return f(static_cast<C>(a)...); }
+  TESSERA_HOST_DEVICE auto operator()(A... a) const {
+    return f(static_cast<C>(a)...);
+  }
 };
 /// y = a * x + y's map functor with a captured scalar (used by examples and benchmarks).
 template <class T>
@@ -266,7 +281,9 @@ struct axpy {
   T a;
   static constexpr bool simd = true;
   template <class V>
-  TESSERA_HOST_DEVICE V operator()(V x, V y) const { return a * x + y; }
+  TESSERA_HOST_DEVICE V operator()(V x, V y) const {
+    return a * x + y;
+  }
 };
 
 }  // namespace fn
@@ -292,7 +309,9 @@ namespace fn {
 struct identity {
   static constexpr bool simd = true;
   template <class T>
-  TESSERA_HOST_DEVICE T operator()(T x) const { return x; }
+  TESSERA_HOST_DEVICE T operator()(T x) const {
+    return x;
+  }
 };
 /// A constant with no inputs (fill).
 template <class T>
@@ -306,8 +325,8 @@ template <class U>
 struct convert_to {
   template <class T>
   TESSERA_HOST_DEVICE U operator()(T x) const {
-    if constexpr (std::is_integral_v<U> && !std::is_same_v<U, bool> &&
-                  !std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if constexpr (std::is_integral_v<U> && !std::is_same_v<U, bool> && !std::is_integral_v<T> &&
+                  !std::is_same_v<T, bool>) {
       const double d = static_cast<double>(x);
       if (d != d) return U(0);
       constexpr double lo = static_cast<double>(lowest_v<U>);

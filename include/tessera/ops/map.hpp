@@ -48,7 +48,8 @@ Shape broadcast_all([[maybe_unused]] std::string_view op, const Shape& first, co
 /// Runs the backend's map kernel: out = f(in...) with inputs broadcast to out's shape.
 template <class O, class B, class F, class... T>
 void launch_map(const F& f, const Tensor<O, B>& out, const Tensor<T, B>&... in) {
-  backend::map_kernel<B>::template run<O>(f, out.view_ref(), broadcast_ref(unalias(out, in), out.shape())...);
+  backend::map_kernel<B>::template run<O>(f, out.view_ref(),
+                                          broadcast_ref(unalias(out, in), out.shape())...);
 }
 
 // F& rather than const F&: nvcc's host-side stand-in for a __device__ lambda has a non-const
@@ -71,7 +72,8 @@ auto map(F f, const Tensor<T0, B>& a, const Tensor<T, B>&... rest) {
                 "tessera::map: give the __device__ lambda a trailing return type, or use map_to");
 #endif
   using R = detail::map_result_t<F, T0, T...>;
-  static_assert(element_type<R>, "tessera::map: the functor's result type is not a tensor element type");
+  static_assert(element_type<R>,
+                "tessera::map: the functor's result type is not a tensor element type");
   a.check_defined("map");
   (rest.check_defined("map"), ...);
   Tensor<R, B> out(detail::broadcast_all("map", a.shape(), rest.shape()...));
@@ -88,7 +90,8 @@ const Tensor<O, B>& map_to(const Tensor<O, B>& out, F f, const Tensor<T, B>&... 
   (in.check_defined("map_to"), ...);
   const Shape s = detail::broadcast_all("map_to", out.shape(), in.shape()...);
   if (!(s == out.shape()))
-    detail::fail<shape_error>("map_to", "inputs broadcast to ", s, ", not to the output's shape ", out.shape());
+    detail::fail<shape_error>("map_to", "inputs broadcast to ", s, ", not to the output's shape ",
+                              out.shape());
   detail::launch_map(f, out, in...);
   return out;
 }

@@ -51,13 +51,14 @@ template <class Out, class R, class T, class B>
 Tensor<Out, B> run_reduction(const R& red, const reduction_plan<T, B>& plan, bool keepdim) {
   Tensor<Out, B> out(plan.out_shape);
   const Tensor<T, B>& in = plan.permuted;
-  backend::reduce_kernel<B>::run(red, strided<const T>{in.data(), in.shape(), in.strides()}, plan.kept,
-                                 out.view_ref());
+  backend::reduce_kernel<B>::run(red, strided<const T>{in.data(), in.shape(), in.strides()},
+                                 plan.kept, out.view_ref());
   return keepdim ? out.view(plan.keep_shape) : out;
 }
 
 template <class T, class B>
-void require_nonempty(std::string_view op, const reduction_plan<T, B>& plan, const Tensor<T, B>& x) {
+void require_nonempty(std::string_view op, const reduction_plan<T, B>& plan,
+                      const Tensor<T, B>& x) {
   if (plan.count == 0)
     fail<shape_error>(op, "cannot reduce zero elements of a tensor of shape ", x.shape(),
                       " (the result has no identity)");
@@ -76,24 +77,28 @@ using real_result_t = std::conditional_t<is_floating_v<T>, T, float>;
 /// accumulate in float (double for double) blockwise and pairwise: accurate and identical for
 /// any thread count. Integer sums give int64.
 template <element_type T, class B>
-Tensor<detail::sum_result_t<T>, B> sum(const Tensor<T, B>& x, const Axes& axes = {}, bool keepdim = false) {
+Tensor<detail::sum_result_t<T>, B> sum(const Tensor<T, B>& x, const Axes& axes = {},
+                                       bool keepdim = false) {
   detail::reduction_plan<T, B> plan("sum", x, axes);
   using O = detail::sum_result_t<T>;
   return detail::run_reduction<O>(red::sum<T, accum_t<T>, O>{}, plan, keepdim);
 }
 /// Mean over axes; NaN for an empty reduction.
 template <element_type T, class B>
-Tensor<detail::real_result_t<T>, B> mean(const Tensor<T, B>& x, const Axes& axes = {}, bool keepdim = false) {
+Tensor<detail::real_result_t<T>, B> mean(const Tensor<T, B>& x, const Axes& axes = {},
+                                         bool keepdim = false) {
   detail::reduction_plan<T, B> plan("mean", x, axes);
   using O = detail::real_result_t<T>;
   using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
   red::sum<T, Acc, O> r;
-  r.scale = plan.count ? 1.0 / static_cast<double>(plan.count) : std::numeric_limits<double>::quiet_NaN();
+  r.scale =
+      plan.count ? 1.0 / static_cast<double>(plan.count) : std::numeric_limits<double>::quiet_NaN();
   return detail::run_reduction<O>(r, plan, keepdim);
 }
 /// Product over axes (1 for an empty reduction).
 template <element_type T, class B>
-Tensor<detail::sum_result_t<T>, B> prod(const Tensor<T, B>& x, const Axes& axes = {}, bool keepdim = false) {
+Tensor<detail::sum_result_t<T>, B> prod(const Tensor<T, B>& x, const Axes& axes = {},
+                                        bool keepdim = false) {
   detail::reduction_plan<T, B> plan("prod", x, axes);
   using O = detail::sum_result_t<T>;
   return detail::run_reduction<O>(red::prod<T, accum_t<T>, O>{}, plan, keepdim);
@@ -115,7 +120,8 @@ Tensor<T, B> min(const Tensor<T, B>& x, const Axes& axes = {}, bool keepdim = fa
 /// Index of the first maximum along `axis` (over the flattened tensor when axis is omitted);
 /// a NaN counts as the maximum. int64 result.
 template <element_type T, class B>
-Tensor<int64_t, B> argmax(const Tensor<T, B>& x, std::optional<int64_t> axis = {}, bool keepdim = false) {
+Tensor<int64_t, B> argmax(const Tensor<T, B>& x, std::optional<int64_t> axis = {},
+                          bool keepdim = false) {
   const Tensor<T, B> src = axis ? x : x.reshape({-1});
   detail::reduction_plan<T, B> plan("argmax", src, axis ? Axes{*axis} : Axes{});
   detail::require_nonempty("argmax", plan, x);
@@ -123,7 +129,8 @@ Tensor<int64_t, B> argmax(const Tensor<T, B>& x, std::optional<int64_t> axis = {
 }
 /// Index of the first minimum along `axis` (flattened when omitted); NaN counts as the minimum.
 template <element_type T, class B>
-Tensor<int64_t, B> argmin(const Tensor<T, B>& x, std::optional<int64_t> axis = {}, bool keepdim = false) {
+Tensor<int64_t, B> argmin(const Tensor<T, B>& x, std::optional<int64_t> axis = {},
+                          bool keepdim = false) {
   const Tensor<T, B> src = axis ? x : x.reshape({-1});
   detail::reduction_plan<T, B> plan("argmin", src, axis ? Axes{*axis} : Axes{});
   detail::require_nonempty("argmin", plan, x);
@@ -132,8 +139,8 @@ Tensor<int64_t, B> argmin(const Tensor<T, B>& x, std::optional<int64_t> axis = {
 /// Variance over axes with Bessel-style `correction` (1: sample variance, 0: population), in two
 /// passes (mean, then squared deviations) for accuracy. NaN when count - correction <= 0.
 template <element_type T, class B>
-Tensor<detail::real_result_t<T>, B> var(const Tensor<T, B>& x, const Axes& axes = {}, bool keepdim = false,
-                                        double correction = 1.0) {
+Tensor<detail::real_result_t<T>, B> var(const Tensor<T, B>& x, const Axes& axes = {},
+                                        bool keepdim = false, double correction = 1.0) {
   detail::reduction_plan<T, B> plan("var", x, axes);
   using O = detail::real_result_t<T>;
   using C = compute_t<O>;
@@ -146,26 +153,31 @@ Tensor<detail::real_result_t<T>, B> var(const Tensor<T, B>& x, const Axes& axes 
   // ... so square the norm back: var = norm^2 (one extra multiply, no extra pass).
   auto s = detail::run_reduction<C>(r, plan2, keepdim);
   auto out = map(fn::cast_args<C, fn::mul>{}, s, s);
-  if constexpr (std::is_same_v<O, C>) return out;
-  else return out.template astype<O>();
+  if constexpr (std::is_same_v<O, C>)
+    return out;
+  else
+    return out.template astype<O>();
 }
 /// Standard deviation: sqrt(var(x, axes, keepdim, correction)).
 template <element_type T, class B>
-Tensor<detail::real_result_t<T>, B> std(const Tensor<T, B>& x, const Axes& axes = {}, bool keepdim = false,
-                                        double correction = 1.0) {
+Tensor<detail::real_result_t<T>, B> std(const Tensor<T, B>& x, const Axes& axes = {},
+                                        bool keepdim = false, double correction = 1.0) {
   return sqrt(var(x, axes, keepdim, correction));
 }
 /// p-norm over axes: p = 2 (default), 1, infinity, or any p > 0.
 template <element_type T, class B>
-Tensor<detail::real_result_t<T>, B> norm(const Tensor<T, B>& x, double p = 2.0, const Axes& axes = {},
-                                         bool keepdim = false) {
+Tensor<detail::real_result_t<T>, B> norm(const Tensor<T, B>& x, double p = 2.0,
+                                         const Axes& axes = {}, bool keepdim = false) {
   detail::reduction_plan<T, B> plan("norm", x, axes);
   using O = detail::real_result_t<T>;
   using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
   if (!(p > 0)) detail::fail<error>("norm", "p = ", p, " must be positive");
   if (std::isinf(p)) {
-    if constexpr (std::is_same_v<O, T>) return detail::run_reduction<O>(red::extreme<T, true, true>{}, plan, keepdim);
-    else return detail::run_reduction<T>(red::extreme<T, true, true>{}, plan, keepdim).template astype<O>();
+    if constexpr (std::is_same_v<O, T>)
+      return detail::run_reduction<O>(red::extreme<T, true, true>{}, plan, keepdim);
+    else
+      return detail::run_reduction<T>(red::extreme<T, true, true>{}, plan, keepdim)
+          .template astype<O>();
   }
   if (p == 2) return detail::run_reduction<O>(red::sum<T, Acc, O, 2>{}, plan, keepdim);
   if (p == 1) return detail::run_reduction<O>(red::sum<T, Acc, O, 1>{}, plan, keepdim);
@@ -174,7 +186,8 @@ Tensor<detail::real_result_t<T>, B> norm(const Tensor<T, B>& x, double p = 2.0, 
 /// log(sum(exp(x))) over axes, computed as m + log(sum(exp(x - m))) with m the maximum, so it
 /// neither overflows nor underflows; -inf for all -inf inputs, NaN propagates.
 template <element_type T, class B>
-Tensor<detail::real_result_t<T>, B> logsumexp(const Tensor<T, B>& x, const Axes& axes = {}, bool keepdim = false) {
+Tensor<detail::real_result_t<T>, B> logsumexp(const Tensor<T, B>& x, const Axes& axes = {},
+                                              bool keepdim = false) {
   using O = detail::real_result_t<T>;
   using C = compute_t<O>;
   detail::reduction_plan<T, B> plan("logsumexp", x, axes);
@@ -186,8 +199,10 @@ Tensor<detail::real_result_t<T>, B> logsumexp(const Tensor<T, B>& x, const Axes&
   auto s = sum(e, axes, true);
   auto r = map(fn::add_log{}, m, s);
   if (!keepdim) r = r.reshape(plan.out_shape);
-  if constexpr (std::is_same_v<O, C>) return r;
-  else return r.template astype<O>();
+  if constexpr (std::is_same_v<O, C>)
+    return r;
+  else
+    return r.template astype<O>();
 }
 
 TESSERA_END_NAMESPACE

@@ -21,27 +21,36 @@ struct sum {
   TESSERA_HOST_DEVICE Acc identity() const { return Acc(0); }
   TESSERA_HOST_DEVICE Acc step(Acc a, In x, int64_t) const {
     const Acc v = static_cast<Acc>(static_cast<compute_t<In>>(x));
-    if constexpr (Pre == 1) return a + (v < Acc(0) ? -v : v);  // L1
-    else if constexpr (Pre == 2) return a + v * v;            // squared L2
-    else return a + v;
+    if constexpr (Pre == 1)
+      return a + (v < Acc(0) ? -v : v);  // L1
+    else if constexpr (Pre == 2)
+      return a + v * v;  // squared L2
+    else
+      return a + v;
   }
   TESSERA_HOST_DEVICE Acc combine(Acc a, Acc b) const { return a + b; }
   /// The same step on CPU SIMD packs, when input and accumulator are one floating type.
   static constexpr bool simd = std::is_same_v<In, Acc> && std::is_floating_point_v<Acc>;
   template <class V>
   V vstep(V a, V x) const {
-    if constexpr (Pre == 1) return a + abs(x);
-    else if constexpr (Pre == 2) return fma(x, x, a);
-    else return a + x;
+    if constexpr (Pre == 1)
+      return a + abs(x);
+    else if constexpr (Pre == 2)
+      return fma(x, x, a);
+    else
+      return a + x;
   }
   template <class V>
   V vcombine(V a, V b) const {
     return a + b;
   }
   TESSERA_HOST_DEVICE Out finish(Acc a) const {
-    if constexpr (Pre == 2) return static_cast<Out>(std::sqrt(static_cast<Acc>(a * static_cast<Acc>(scale))));
-    else if (scale == 1.0) return static_cast<Out>(a);
-    else return static_cast<Out>(static_cast<double>(a) * scale);
+    if constexpr (Pre == 2)
+      return static_cast<Out>(std::sqrt(static_cast<Acc>(a * static_cast<Acc>(scale))));
+    else if (scale == 1.0)
+      return static_cast<Out>(a);
+    else
+      return static_cast<Out>(static_cast<double>(a) * scale);
   }
 };
 
@@ -49,7 +58,9 @@ template <class In, class Acc, class Out>
 struct prod {
   using acc_type = Acc;
   TESSERA_HOST_DEVICE Acc identity() const { return Acc(1); }
-  TESSERA_HOST_DEVICE Acc step(Acc a, In x, int64_t) const { return a * static_cast<Acc>(static_cast<compute_t<In>>(x)); }
+  TESSERA_HOST_DEVICE Acc step(Acc a, In x, int64_t) const {
+    return a * static_cast<Acc>(static_cast<compute_t<In>>(x));
+  }
   TESSERA_HOST_DEVICE Acc combine(Acc a, Acc b) const { return a * b; }
   TESSERA_HOST_DEVICE Out finish(Acc a) const { return static_cast<Out>(a); }
 };
@@ -60,10 +71,12 @@ struct extreme {
   using C = compute_t<In>;
   using acc_type = C;
   TESSERA_HOST_DEVICE C identity() const {
-    if constexpr (Abs) return C(0);
+    if constexpr (Abs)
+      return C(0);
     else if constexpr (std::numeric_limits<C>::has_infinity)
       return Max ? -fn::infinity_v<C> : fn::infinity_v<C>;
-    else return Max ? fn::lowest_v<C> : fn::max_v<C>;
+    else
+      return Max ? fn::lowest_v<C> : fn::max_v<C>;
   }
   TESSERA_HOST_DEVICE C combine(C a, C b) const {
     if (a != a) return a;
@@ -78,13 +91,17 @@ struct extreme {
   static constexpr bool simd = std::is_same_v<In, C> && std::is_floating_point_v<C>;
   template <class V>
   V vcombine(V a, V b) const {
-    if constexpr (Max) return max(a, b);  // NaN-propagating
-    else return min(a, b);
+    if constexpr (Max)
+      return max(a, b);  // NaN-propagating
+    else
+      return min(a, b);
   }
   template <class V>
   V vstep(V a, V x) const {
-    if constexpr (Abs) return vcombine(a, abs(x));
-    else return vcombine(a, x);
+    if constexpr (Abs)
+      return vcombine(a, abs(x));
+    else
+      return vcombine(a, x);
   }
   TESSERA_HOST_DEVICE In finish(C a) const { return static_cast<In>(a); }
 };
@@ -136,17 +153,23 @@ namespace fn {
 /// v if finite, else 0 (the logsumexp shift).
 struct finite_or_zero {
   template <class C>
-  TESSERA_HOST_DEVICE C operator()(C v) const { return v - v == C(0) ? v : C(0); }
+  TESSERA_HOST_DEVICE C operator()(C v) const {
+    return v - v == C(0) ? v : C(0);
+  }
 };
 /// exp(a - b).
 struct exp_diff {
   template <class C>
-  TESSERA_HOST_DEVICE C operator()(C a, C b) const { return static_cast<C>(std::exp(a - b)); }
+  TESSERA_HOST_DEVICE C operator()(C a, C b) const {
+    return static_cast<C>(std::exp(a - b));
+  }
 };
 /// a + log(b).
 struct add_log {
   template <class C>
-  TESSERA_HOST_DEVICE C operator()(C a, C b) const { return static_cast<C>(a + std::log(b)); }
+  TESSERA_HOST_DEVICE C operator()(C a, C b) const {
+    return static_cast<C>(a + std::log(b));
+  }
 };
 }  // namespace fn
 TESSERA_END_NAMESPACE

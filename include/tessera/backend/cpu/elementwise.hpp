@@ -8,8 +8,8 @@
 
 #include "../../core/storage.hpp"
 #include "../../detail/layout.hpp"
-#include "parallel.hpp"
 #include "../../ops/functors.hpp"
+#include "parallel.hpp"
 #include "simd/vec.hpp"
 
 TESSERA_BEGIN_NAMESPACE
@@ -28,10 +28,14 @@ constexpr int functor_cost() {
 /// pack type it cannot handle is a hard error, not a substitution failure.
 template <class F, class Out, class... In>
 constexpr bool simd_callable() {
-  if constexpr (!fn::simd_of<F>() || !(std::is_same_v<In, Out> && ...)) return false;
-  else if constexpr (!simd::available<Out>) return false;
-  else return std::is_same_v<std::invoke_result_t<const F&, decltype((void)sizeof(In), simd::vec<Out>{})...>,
-                             simd::vec<Out>>;
+  if constexpr (!fn::simd_of<F>() || !(std::is_same_v<In, Out> && ...))
+    return false;
+  else if constexpr (!simd::available<Out>)
+    return false;
+  else
+    return std::is_same_v<
+        std::invoke_result_t<const F&, decltype((void)sizeof(In), simd::vec<Out>{})...>,
+        simd::vec<Out>>;
 }
 
 /// Outputs at least this large are written with non-temporal (streaming) stores: they cannot
@@ -73,8 +77,10 @@ void map_row(const F& f, Out* o, int64_t so, const int64_t* s, int64_t len, bool
       // A stride-0 operand is one value for the whole row: broadcast it once.
       const V bc[] = {V::broadcast(*p)..., V::broadcast(Out{})};
       if (stream) {
-        for (; i < len && misaligned_for_stream(o + i); ++i) o[i] = static_cast<Out>(f(p[i * s[K]]...));
-        for (; i + V::width <= len; i += V::width) f((s[K] ? V::load(p + i) : bc[K])...).stream(o + i);
+        for (; i < len && misaligned_for_stream(o + i); ++i)
+          o[i] = static_cast<Out>(f(p[i * s[K]]...));
+        for (; i + V::width <= len; i += V::width)
+          f((s[K] ? V::load(p + i) : bc[K])...).stream(o + i);
       }
       for (; i + V::width <= len; i += V::width) {
         const V r = f((s[K] ? V::load(p + i) : bc[K])...);
@@ -116,8 +122,9 @@ struct map_kernel<cpu> {
     constexpr auto seq = std::index_sequence_for<In...>{};
     // Streaming pays only where memory is the bottleneck: not for transcendental functors
     // (measured: tanh slower with streaming stores, exp unchanged).
-    const bool stream = detail::simd::available<Out> && cost <= 2 &&
-                        static_cast<size_t>(out.shape.numel()) * sizeof(Out) >= detail::stream_store_bytes;
+    const bool stream =
+        detail::simd::available<Out> && cost <= 2 &&
+        static_cast<size_t>(out.shape.numel()) * sizeof(Out) >= detail::stream_store_bytes;
     // Pointers of every operand advanced by `off` elements, expanded in lockstep with In.
     auto row = [&]<size_t... K>(std::index_sequence<K...>, int64_t off_out, const int64_t* off_in,
                                 int64_t n) {

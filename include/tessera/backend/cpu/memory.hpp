@@ -19,8 +19,8 @@ namespace detail {
 /// Small blocks go straight to the system allocator, which already recycles them.
 class host_block_cache {
  public:
-  static constexpr size_t alignment = 64;                  // a cache line; also AVX-512 width
-  static constexpr size_t min_cached = size_t{1} << 20;    // cache blocks of 1 MiB and more
+  static constexpr size_t alignment = 64;                // a cache line; also AVX-512 width
+  static constexpr size_t min_cached = size_t{1} << 20;  // cache blocks of 1 MiB and more
   static constexpr size_t max_cached_total = size_t{2} << 30;
 
   static host_block_cache& instance() {
@@ -72,6 +72,7 @@ class host_block_cache {
     std::lock_guard lock(mu_);
     return cached_;
   }
+
  private:
   // Small sizes round to the alignment; large ones to 1/8 of their power of two, so a block is
   // reused for sizes within 12.5% without wasting more than that.
@@ -96,7 +97,9 @@ namespace backend {
 template <>
 struct memory<cpu> {
   static constexpr bool host_accessible = true;
-  static void* allocate(size_t bytes) { return detail::host_block_cache::instance().allocate(bytes); }
+  static void* allocate(size_t bytes) {
+    return detail::host_block_cache::instance().allocate(bytes);
+  }
   static void deallocate(void* p, size_t bytes) {
     detail::host_block_cache::instance().deallocate(p, bytes);
   }

@@ -39,7 +39,8 @@ struct cascade {
   }
   Acc result() const {
     Acc r = red.identity();
-    for (uint64_t u = used; u; u &= ~(uint64_t{1} << top_level(u))) r = red.combine(r, slot[top_level(u)]);
+    for (uint64_t u = used; u; u &= ~(uint64_t{1} << top_level(u)))
+      r = red.combine(r, slot[top_level(u)]);
     return r;
   }
 };
@@ -51,24 +52,27 @@ struct reduced_space {
   reduced_space(const Shape& s, const Strides& st) : nest(s, {&st}), count(s.numel()) {}
 };
 
-inline constexpr int reduce_lanes = 32;        // independent accumulators (four AVX2 registers)
-inline constexpr int reduce_run = 8;           // elements a lane adds before the lanes are folded
+inline constexpr int reduce_lanes = 32;  // independent accumulators (four AVX2 registers)
+inline constexpr int reduce_run = 8;     // elements a lane adds before the lanes are folded
 inline constexpr int reduce_chunk = reduce_lanes * reduce_run;  // 256 elements per folded partial
-inline constexpr int64_t reduce_block = 65536;  // elements per parallel work item (256 KiB of floats)
+inline constexpr int64_t reduce_block =
+    65536;  // elements per parallel work item (256 KiB of floats)
 
 /// True when R reduces In with SIMD packs on this build (R::simd and vstep/vcombine).
 template <class R, class In>
 constexpr bool simd_reducer() {
-  if constexpr (!fn::simd_of<R>()) return false;
-  else return simd::available<In>;
+  if constexpr (!fn::simd_of<R>())
+    return false;
+  else
+    return simd::available<In>;
 }
 
 /// One chunk of 256 elements at q with stride s: 32 interleaved lanes (kept in registers and
 /// vectorized by the compiler when the reducer is simple) that each add 8 elements, folded
 /// pairwise.
 template <class R, class In, int Runs = reduce_run>
-TESSERA_ALWAYS_INLINE typename R::acc_type reduce_chunk_of(const R& red, const In* q, int64_t s, int64_t t,
-                                                           int runs = Runs) {
+TESSERA_ALWAYS_INLINE typename R::acc_type reduce_chunk_of(const R& red, const In* q, int64_t s,
+                                                           int64_t t, int runs = Runs) {
   using Acc = typename R::acc_type;
   Acc acc[reduce_lanes];
   for (auto& a : acc) a = red.identity();
@@ -97,8 +101,7 @@ struct simd_partials {
   explicit simd_partials(const R&) {}
 };
 template <class R, class In>
-  requires(simd_reducer<R, In>())
-struct simd_partials<R, In> {
+requires(simd_reducer<R, In>()) struct simd_partials<R, In> {
   using V = simd::vec<In>;
   static constexpr bool enabled = true;
   static constexpr int step = 4 * V::width;
@@ -128,7 +131,8 @@ struct simd_partials<R, In> {
   bool empty() const { return used == 0; }
   typename R::acc_type result() const {
     V r = V::broadcast(red.identity());
-    for (uint64_t u = used; u; u &= ~(uint64_t{1} << top_level(u))) r = red.vcombine(r, slot[top_level(u)]);
+    for (uint64_t u = used; u; u &= ~(uint64_t{1} << top_level(u)))
+      r = red.vcombine(r, slot[top_level(u)]);
     typename R::acc_type lanes[V::width];
     r.store(lanes);
     for (int w = V::width / 2; w >= 1; w /= 2)
@@ -164,7 +168,8 @@ typename R::acc_type reduce_block_range(const R& red, const In* p, const reduced
       if (sL == 1)
         for (; i + reduce_chunk <= m; i += reduce_chunk) vp.add_chunk(q + i);
     }
-    for (; i + reduce_chunk <= m; i += reduce_chunk) c.push(reduce_chunk_of(red, q + i * sL, sL, t + i));
+    for (; i + reduce_chunk <= m; i += reduce_chunk)
+      c.push(reduce_chunk_of(red, q + i * sL, sL, t + i));
     if (const int runs = static_cast<int>((m - i) / reduce_lanes); runs > 0) {
       c.push(reduce_chunk_of(red, q + i * sL, sL, t + i, runs));
       i += runs * reduce_lanes;
@@ -203,7 +208,9 @@ typename R::acc_type reduce_serial(const R& red, const In* p, const reduced_spac
 inline constexpr int64_t column_max_tile = 2048, column_rows_per_block = 16;
 inline int column_levels(int64_t count) {
   int l = 1;
-  for (int64_t b = (count + column_rows_per_block - 1) / column_rows_per_block; b > 1; b = (b + 1) / 2) ++l;
+  for (int64_t b = (count + column_rows_per_block - 1) / column_rows_per_block; b > 1;
+       b = (b + 1) / 2)
+    ++l;
   return l + 1;
 }
 template <class R, class In, class Out>
@@ -242,7 +249,8 @@ void reduce_columns(const R& red, const In* p, int64_t ncols, int64_t tile, cons
     if (nblocks > 1) {
       for (int64_t j = 0; j < w; ++j) part[j] = red.identity();
       for (uint64_t u = used; u; u &= ~(uint64_t{1} << top_level(u)))
-        for (int64_t j = 0, l = top_level(u); j < w; ++j) part[j] = red.combine(part[j], slot[l * tile + j]);
+        for (int64_t j = 0, l = top_level(u); j < w; ++j)
+          part[j] = red.combine(part[j], slot[l * tile + j]);
     }
     for (int64_t j = 0; j < w; ++j) o[(c0 + j) * so] = red.finish(part[j]);
   }
@@ -263,12 +271,14 @@ struct reduce_kernel<cpu> {
     if (nout == 0) return;
     Shape rshape;
     Strides rstrides, kin;
-    for (int d = kept; d < in.shape.rank(); ++d) rshape.push_back(in.shape[d]), rstrides.push_back(in.strides[d]);
+    for (int d = kept; d < in.shape.rank(); ++d)
+      rshape.push_back(in.shape[d]), rstrides.push_back(in.strides[d]);
     for (int d = 0; d < kept; ++d) kin.push_back(in.strides[d]);
     const detail::reduced_space rs(rshape, rstrides);
     const detail::loop_nest<2> outs(out.shape, {&kin, &out.strides});
     const int64_t K = rs.count;
-    const int64_t inner_kept = outs.inner(), sin_kept = outs.rank ? outs.strides[0][outs.rank - 1] : 0;
+    const int64_t inner_kept = outs.inner(),
+                  sin_kept = outs.rank ? outs.strides[0][outs.rank - 1] : 0;
     const int64_t sL = rs.nest.rank ? rs.nest.strides[0][rs.nest.rank - 1] : 1;
 
     // Column path: contiguous kept columns, reduced dims strided (sum over rows of [N, C]).
@@ -276,7 +286,8 @@ struct reduce_kernel<cpu> {
       // Wide tiles stream long contiguous row segments (prefetch- and TLB-friendly); narrower
       // ones when needed so every thread gets a tile.
       const int64_t per_thread = (inner_kept + get_num_threads() - 1) / get_num_threads();
-      const int64_t tile = std::clamp<int64_t>((per_thread + 15) / 16 * 16, 16, detail::column_max_tile);
+      const int64_t tile =
+          std::clamp<int64_t>((per_thread + 15) / 16 * 16, 16, detail::column_max_tile);
       const int64_t rows = outs.outer();
       const int64_t tiles = (inner_kept + tile - 1) / tile;
       const size_t scratch = static_cast<size_t>(tile * (detail::column_levels(K) + 1));
@@ -287,17 +298,19 @@ struct reduce_kernel<cpu> {
           int64_t off[2];
           outs.row_offsets(r, off);
           const int64_t so = outs.strides[1][outs.rank - 1];
-          detail::reduce_columns(red, in.data + off[0] + c0, std::min<int64_t>(tile, inner_kept - c0), tile,
-                                 rs, out.data + off[1] + c0 * so, so, buf.get());
+          detail::reduce_columns(red, in.data + off[0] + c0,
+                                 std::min<int64_t>(tile, inner_kept - c0), tile, rs,
+                                 out.data + off[1] + c0 * so, so, buf.get());
         }
       });
       return;
     }
-    auto out_offsets = [&](int64_t o, int64_t (&off)[2]) {
+    auto out_offsets = [&](int64_t o, int64_t(&off)[2]) {
       const int64_t L = outs.inner();
       outs.row_offsets(o / L, off);
       const int64_t c = o % L;
-      if (outs.rank) off[0] += c * outs.strides[0][outs.rank - 1], off[1] += c * outs.strides[1][outs.rank - 1];
+      if (outs.rank)
+        off[0] += c * outs.strides[0][outs.rank - 1], off[1] += c * outs.strides[1][outs.rank - 1];
     };
     // Enough outputs to share among threads: each output reduced serially.
     if (nout >= 4 * get_num_threads() || K < 2 * detail::parallel_grain) {
@@ -305,7 +318,8 @@ struct reduce_kernel<cpu> {
         for (int64_t o = b; o < e; ++o) {
           int64_t off[2];
           out_offsets(o, off);
-          out.data[off[1]] = red.finish(K ? detail::reduce_serial(red, in.data + off[0], rs) : red.identity());
+          out.data[off[1]] =
+              red.finish(K ? detail::reduce_serial(red, in.data + off[0], rs) : red.identity());
         }
       });
       return;
