@@ -59,5 +59,36 @@ struct loop_nest {
   }
 };
 
+/// The two iteration spaces of a reduction of `in` over its trailing dims [kept, rank) into
+/// `out` (whose shape is in's first `kept` extents), each coalesced: the reduced positions of
+/// one output (operand: the input) and the outputs (operands: input, output). Shared by every
+/// backend's reduce_kernel.
+struct reduction_layout {
+  loop_nest<1> reduced;
+  loop_nest<2> outputs;
+  int64_t count;  // elements per reduction
+
+  reduction_layout(const Shape& in_shape, const Strides& in_strides, int kept,
+                   const Shape& out_shape, const Strides& out_strides)
+      : reduction_layout(split(in_shape, in_strides, kept), out_shape, out_strides) {}
+
+ private:
+  struct parts {
+    Shape reduced_shape;
+    Strides reduced_strides, kept_strides;
+  };
+  static parts split(const Shape& s, const Strides& st, int kept) {
+    parts p;
+    for (int d = kept; d < s.rank(); ++d)
+      p.reduced_shape.push_back(s[d]), p.reduced_strides.push_back(st[d]);
+    for (int d = 0; d < kept; ++d) p.kept_strides.push_back(st[d]);
+    return p;
+  }
+  reduction_layout(const parts& p, const Shape& out_shape, const Strides& out_strides)
+      : reduced(p.reduced_shape, {&p.reduced_strides}),
+        outputs(out_shape, {&p.kept_strides, &out_strides}),
+        count(p.reduced_shape.numel()) {}
+};
+
 }  // namespace detail
 TESSERA_END_NAMESPACE

@@ -47,9 +47,8 @@ struct cascade {
 
 /// The reduced index space: coalesced extents/strides of the reduced dims of the input.
 struct reduced_space {
-  loop_nest<1> nest;
+  const loop_nest<1>& nest;
   int64_t count;
-  reduced_space(const Shape& s, const Strides& st) : nest(s, {&st}), count(s.numel()) {}
 };
 
 inline constexpr int reduce_lanes = 32;  // independent accumulators (four AVX2 registers)
@@ -269,13 +268,9 @@ struct reduce_kernel<cpu> {
   static void run(const R& red, detail::strided<const In> in, int kept, detail::strided<Out> out) {
     const int64_t nout = out.shape.numel();
     if (nout == 0) return;
-    Shape rshape;
-    Strides rstrides, kin;
-    for (int d = kept; d < in.shape.rank(); ++d)
-      rshape.push_back(in.shape[d]), rstrides.push_back(in.strides[d]);
-    for (int d = 0; d < kept; ++d) kin.push_back(in.strides[d]);
-    const detail::reduced_space rs(rshape, rstrides);
-    const detail::loop_nest<2> outs(out.shape, {&kin, &out.strides});
+    const detail::reduction_layout lay(in.shape, in.strides, kept, out.shape, out.strides);
+    const detail::reduced_space rs{lay.reduced, lay.count};
+    const detail::loop_nest<2>& outs = lay.outputs;
     const int64_t K = rs.count;
     const int64_t inner_kept = outs.inner(),
                   sin_kept = outs.rank ? outs.strides[0][outs.rank - 1] : 0;

@@ -168,13 +168,9 @@ struct reduce_kernel<cuda> {
                   "trivially copyable");
     const int64_t nout = out.shape.numel();
     if (nout == 0) return;
-    Shape rshape;
-    Strides rstrides, kin;
-    for (int d = kept; d < in.shape.rank(); ++d)
-      rshape.push_back(in.shape[d]), rstrides.push_back(in.strides[d]);
-    for (int d = 0; d < kept; ++d) kin.push_back(in.strides[d]);
-    const detail::loop_nest<1> rn(rshape, {&rstrides});
-    const detail::loop_nest<2> on(out.shape, {&kin, &out.strides});
+    const detail::reduction_layout lay(in.shape, in.strides, kept, out.shape, out.strides);
+    const detail::loop_nest<1>& rn = lay.reduced;
+    const detail::loop_nest<2>& on = lay.outputs;
 
     detail::cuda_reduce_geometry g{};
     g.rrank = rn.rank;
@@ -186,7 +182,7 @@ struct reduce_kernel<cuda> {
       g.ostride_out[d] = on.strides[1][d];
     }
     g.nout = nout;
-    g.count = rshape.numel();
+    g.count = lay.count;
 
     // Wide blocks (256 threads on one output) when outputs are few or each reduction is long
     // and either contiguous or not better served by the column layout; otherwise 32 outputs
