@@ -228,6 +228,8 @@ constexpr bool simd_of() {
   else
     return false;
 }
+/// Element-operations one call of F costs, for the serial/parallel decision (and whether
+/// streaming stores pay): functors with transcendental math declare `static constexpr int cost`.
 template <class F>
 constexpr int cost_of() {
   if constexpr (requires { F::cost; })

@@ -147,16 +147,10 @@ Tensor<detail::real_result_t<T>, B> var(const Tensor<T, B>& x, const Axes& axes 
   const auto m = mean(x, axes, true).template astype<C>();
   const auto dev = map(fn::cast_args<C, fn::sub>{}, x, m);  // x - mean, in compute precision
   detail::reduction_plan<C, B> plan2("var", dev, axes);
-  red::sum<C, C, O, 2> r;  // sqrt(sum(d^2) * scale) ...
+  red::sum<C, C, O, 2> r;  // sum(d^2) * scale
   const double denom = static_cast<double>(plan.count) - correction;
   r.scale = denom > 0 ? 1.0 / denom : std::numeric_limits<double>::quiet_NaN();
-  // ... so square the norm back: var = norm^2 (one extra multiply, no extra pass).
-  auto s = detail::run_reduction<C>(r, plan2, keepdim);
-  auto out = map(fn::cast_args<C, fn::mul>{}, s, s);
-  if constexpr (std::is_same_v<O, C>)
-    return out;
-  else
-    return out.template astype<O>();
+  return detail::run_reduction<O>(r, plan2, keepdim);
 }
 /// Standard deviation: sqrt(var(x, axes, keepdim, correction)).
 template <element_type T, class B>
@@ -179,7 +173,7 @@ Tensor<detail::real_result_t<T>, B> norm(const Tensor<T, B>& x, double p = 2.0,
       return detail::run_reduction<T>(red::extreme<T, true, true>{}, plan, keepdim)
           .template astype<O>();
   }
-  if (p == 2) return detail::run_reduction<O>(red::sum<T, Acc, O, 2>{}, plan, keepdim);
+  if (p == 2) return detail::run_reduction<O>(red::sum<T, Acc, O, 2, true>{}, plan, keepdim);
   if (p == 1) return detail::run_reduction<O>(red::sum<T, Acc, O, 1>{}, plan, keepdim);
   return detail::run_reduction<O>(red::pnorm<T, Acc, O>{static_cast<Acc>(p)}, plan, keepdim);
 }

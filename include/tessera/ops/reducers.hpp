@@ -13,8 +13,9 @@
 TESSERA_BEGIN_NAMESPACE
 namespace red {
 
-/// Sum in Acc of f(x) (f = identity, |x|, x^2 ...), finished as g(acc) * scale.
-template <class In, class Acc, class Out, int Pre = 0>
+/// Sum in Acc of f(x) (Pre: 0 x, 1 |x|, 2 x^2), times scale, then the square root if Root
+/// (the 2-norm).
+template <class In, class Acc, class Out, int Pre = 0, bool Root = false>
 struct sum {
   using acc_type = Acc;
   double scale = 1.0;  // 1/count for mean
@@ -45,7 +46,7 @@ struct sum {
     return a + b;
   }
   TESSERA_HOST_DEVICE Out finish(Acc a) const {
-    if constexpr (Pre == 2)
+    if constexpr (Root)
       return static_cast<Out>(std::sqrt(static_cast<Acc>(a * static_cast<Acc>(scale))));
     else if (scale == 1.0)
       return static_cast<Out>(a);

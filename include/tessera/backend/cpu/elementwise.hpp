@@ -15,13 +15,6 @@
 TESSERA_BEGIN_NAMESPACE
 namespace detail {
 
-/// Element-operations one call of F costs, for the serial/parallel decision: functors with
-/// transcendental math declare `static constexpr int cost`.
-template <class F>
-constexpr int functor_cost() {
-  return fn::cost_of<F>();
-}
-
 /// True when map may call F on SIMD packs of T: F opts in with `static constexpr bool simd =
 /// true` (the library's functors, or user code through tessera::vectorized) and accepts packs
 /// for every operand. Generic user lambdas are never probed, because instantiating one with a
@@ -118,7 +111,7 @@ struct map_kernel<cpu> {
     const int64_t so = nest.rank ? nest.strides[0][nest.rank - 1] : 1;
     int64_t s[N > 1 ? N - 1 : 1] = {};
     for (int k = 1; k < N; ++k) s[k - 1] = nest.rank ? nest.strides[k][nest.rank - 1] : 1;
-    constexpr int cost = detail::functor_cost<F>();
+    constexpr int cost = fn::cost_of<F>();
     constexpr auto seq = std::index_sequence_for<In...>{};
     // Streaming pays only where memory is the bottleneck: not for transcendental functors
     // (measured: tanh slower with streaming stores, exp unchanged).
