@@ -11,9 +11,11 @@
 #include "backend/cpu/memory.hpp"
 #include "backend/cpu/elementwise.hpp"
 #include "backend/cpu/reduce.hpp"
+#include "backend/cpu/gemm.hpp"
 #include "core/tensor_copy.hpp"
 #include "core/creation.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/reduce.hpp"
+#include "ops/matmul.hpp"
 #include "io/print.hpp"
 // clang-format on

@@ -45,6 +45,14 @@ struct reduce_kernel {
                 "include <tessera/cuda.hpp>");
 };
 
+/// Matrix-multiply kernels of backend B: run(const detail::gemm_problem<TA, TB, Acc>&).
+template <class B>
+struct gemm_kernel {
+  static_assert(always_false<B>,
+                "tessera: backend has no gemm_kernel (matmul/gemm/linear); for tessera::cuda "
+                "include <tessera/cuda.hpp>");
+};
+
 }  // namespace backend
 
 /// A backend tag: an empty type whose memory primitives are specialised.

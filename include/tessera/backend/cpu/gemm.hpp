@@ -1,0 +1,208 @@
+// tessera/backend/cpu/gemm.hpp - the CPU backend's GEMM: blocking, packing, threading and the
+// gemm_kernel<cpu> entry point (BLIS-style; the loop nest is drawn in gemm/blocking.hpp).
+#pragma once
+
+#include <algorithm>
+#include <type_traits>
+
+#include "../../detail/gemm_problem.hpp"
+#include "../tags.hpp"
+#include "gemm/kernel_fp.hpp"
+#include "gemm/kernel_int8.hpp"
+#include "gemm/pack.hpp"
+#include "parallel.hpp"
+
+TESSERA_BEGIN_NAMESPACE
+namespace detail {
+
+/// Multiply-adds below which a GEMM stays on one thread, per extra thread: a fork costs about
+/// what 2^17 multiply-adds take at this kernel's rate.
+inline constexpr int64_t gemm_parallel_grain = int64_t{1} << 17;
+
+template <class T>
+const gemm_block_sizes& cached_gemm_blocks() {
+  static const gemm_block_sizes b = gemm_blocks<T>();
+  return b;
+}
+
+/// Whether B is read in place instead of packed: same element type as the kernel's, unit
+/// column stride. Packing then costs nothing, which is what matters when A has few rows (every
+/// packed B value would be used only m times).
+template <class TB, class Acc>
+bool gemm_b_in_place(int64_t m, int64_t b_cs) {
+  return std::is_same_v<TB, Acc> && b_cs == 1 && m <= 4 * gemm_tile<Acc>::mr;
+}
+
+/// Rows [i_begin, i_end) x columns [j_begin, j_end) of C for one matrix, on this thread.
+template <class TA, class TB, class Acc>
+void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, Acc* c,
+                int64_t i_begin, int64_t i_end, int64_t j_begin, int64_t j_end) {
+  using tile = gemm_tile<Acc>;
+  constexpr int MR = tile::mr, NR = tile::nr, KG = tile::kgroup;
+  constexpr bool is_int8 = KG == 4;
+  using PA = std::conditional_t<is_int8, uint8_t, Acc>;
+  using PB = std::conditional_t<is_int8, int8_t, Acc>;
+  const gemm_block_sizes& bs = cached_gemm_blocks<Acc>();
+  gemm_workspace& ws = thread_gemm_workspace();
+  const int64_t m = i_end - i_begin, n = j_end - j_begin, k = pr.k;
+  const int64_t mc = std::min(bs.mc, (m + MR - 1) / MR * MR);
+  const int64_t nc = std::min(bs.nc, (n + NR - 1) / NR * NR);
+  const int64_t kc = std::min(bs.kc, (k + KG - 1) / KG * KG);
+  auto* abuf = static_cast<PA*>(ws.a.get(sizeof(PA) * static_cast<size_t>(mc * kc)));
+  auto* bbuf = static_cast<PB*>(ws.b.get(sizeof(PB) * static_cast<size_t>(nc * kc)));
+  // int8: row sums of packed A, column sums of packed B, and the corrections built from them.
+  int32_t *row_sum = nullptr, *col_sum = nullptr, *row_corr = nullptr, *col_corr = nullptr;
+  if constexpr (is_int8) {
+    auto* s = static_cast<int32_t*>(ws.sums.get(sizeof(int32_t) * static_cast<size_t>(2 * (mc + nc))));
+    row_sum = s, row_corr = s + mc, col_sum = s + 2 * mc, col_corr = s + 2 * mc + nc;
+  }
+  const bool b_in_place = !is_int8 && gemm_b_in_place<TB, Acc>(pr.m, pr.b_cs);
+
+  for (int64_t ic = 0; ic < m; ic += mc) {
+    const int64_t mb = std::min(mc, m - ic);
+    for (int64_t pc = 0; pc < k; pc += kc) {
+      const int64_t kb = std::min(kc, k - pc), kbp = (kb + KG - 1) / KG * KG;
+      const TA* a_blk = a + (i_begin + ic) * pr.a_rs + pc * pr.a_cs;
+      if constexpr (is_int8)
+        pack_a_int8<MR>(a_blk, pr.a_rs, pr.a_cs, mb, kb, abuf, row_sum);
+      else
+        pack_a_fp<MR>(a_blk, pr.a_rs, pr.a_cs, mb, kb, abuf);
+      gemm_epilogue<Acc> ep;
+      ep.alpha = pr.alpha;
+      ep.beta = pc == 0 ? pr.beta : Acc(1);
+      ep.read_c = pc > 0 || pr.beta != Acc(0);
+      if (pc + kb == k) {
+        ep.bias = pr.bias, ep.bias_stride = pr.bias_stride, ep.bias_kind = pr.bias_kind;
+        ep.relu = pr.relu;
+      }
+      for (int64_t jc = 0; jc < n; jc += nc) {
+        const int64_t nb = std::min(nc, n - jc);
+        const TB* b_blk = b + pc * pr.b_rs + (j_begin + jc) * pr.b_cs;
+        // Full micro-panels of B read in place; a ragged last one is packed (zero-padded).
+        const int64_t nb_direct = b_in_place ? nb / NR * NR : 0;
+        if constexpr (is_int8) {
+          pack_b_int8<NR>(b_blk, pr.b_rs, pr.b_cs, kb, nb, bbuf, col_sum);
+          constexpr int32_t za = int8_a_bias<TA>, zb = int8_b_bias<TB>;
+          for (int64_t i = 0; i < mb; ++i)
+            row_corr[i] = static_cast<int32_t>(int64_t{zb} * row_sum[i] - kb * za * zb);
+          for (int64_t j = 0; j < nb; ++j) col_corr[j] = static_cast<int32_t>(-int64_t{za} * col_sum[j]);
+        } else if (nb_direct < nb) {
+          pack_b_fp<NR>(b_blk + nb_direct * pr.b_cs, pr.b_rs, pr.b_cs, kb, nb - nb_direct, bbuf);
+        }
+        for (int64_t ir = 0; ir < mb; ir += MR) {
+          const int mr_eff = static_cast<int>(std::min<int64_t>(MR, mb - ir));
+          const PA* a_panel = abuf + ir * kbp;
+          for (int64_t jr = 0; jr < nb; jr += NR) {
+            const int nr_eff = static_cast<int>(std::min<int64_t>(NR, nb - jr));
+            const int64_t ci = i_begin + ic + ir, cj = j_begin + jc + jr;
+            Acc* c_tile = c + ci * pr.c_rs + cj * pr.c_cs;
+            if constexpr (is_int8) {
+              gemm_micro_int8(kb, a_panel, bbuf + jr * kbp, c_tile, pr.c_rs, pr.c_cs, mr_eff, nr_eff,
+                              row_corr + ir, col_corr + jr, ep, ci, cj);
+            } else if (jr < nb_direct) {
+              gemm_micro_fp<Acc>(kb, a_panel, reinterpret_cast<const Acc*>(b_blk) + jr, pr.b_rs,
+                                 c_tile, pr.c_rs, pr.c_cs, mr_eff, nr_eff, ep, ci, cj);
+            } else {
+              gemm_micro_fp<Acc>(kb, a_panel, bbuf + (jr - nb_direct) * kbp, NR, c_tile, pr.c_rs,
+                                 pr.c_cs, mr_eff, nr_eff, ep, ci, cj);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+/// alpha == 0 or k == 0: c = beta * c (+ bias) (relu), without reading a or b.
+template <class TA, class TB, class Acc>
+void gemm_scale_only(const gemm_problem<TA, TB, Acc>& pr, Acc* c) {
+  gemm_epilogue<Acc> ep;
+  ep.alpha = Acc(0), ep.beta = pr.beta, ep.read_c = pr.beta != Acc(0);
+  ep.bias = pr.bias, ep.bias_stride = pr.bias_stride, ep.bias_kind = pr.bias_kind;
+  ep.relu = pr.relu;
+  const Acc zero[1] = {Acc(0)};
+  for (int64_t i = 0; i < pr.m; ++i)
+    for (int64_t j = 0; j < pr.n; ++j)
+      gemm_store_tile(zero, 1, 1, 1, c + i * pr.c_rs + j * pr.c_cs, pr.c_rs, pr.c_cs, ep, i, j);
+}
+
+/// How T threads split one m x n output: a tm x tn grid of blocks aligned to the micro-tile,
+/// chosen to make the largest block smallest (ties: fewer row splits, so that B, the operand
+/// read in place, is shared).
+struct gemm_split {
+  int tm = 1, tn = 1;
+  int64_t rows = 0, cols = 0;  // block size
+};
+template <class Acc>
+gemm_split choose_gemm_split(int64_t m, int64_t n, int threads) {
+  constexpr int MR = gemm_tile<Acc>::mr, NR = gemm_tile<Acc>::nr;
+  gemm_split best;
+  int64_t best_cost = -1;
+  for (int tm = 1; tm <= threads; ++tm) {
+    if (threads % tm) continue;
+    const int tn = threads / tm;
+    const int64_t rows = ((m + tm - 1) / tm + MR - 1) / MR * MR;
+    const int64_t cols = ((n + tn - 1) / tn + NR - 1) / NR * NR;
+    const int64_t cost = rows * cols;
+    if (best_cost < 0 || cost < best_cost) best = {tm, tn, rows, cols}, best_cost = cost;
+  }
+  return best;
+}
+
+template <class TA, class TB, class Acc>
+void gemm_run_cpu(const gemm_problem<TA, TB, Acc>& pr) {
+  if (pr.m == 0 || pr.n == 0 || pr.batch == 0) return;
+  const auto a_at = [&](int64_t t) { return pr.a + (pr.a_offsets ? pr.a_offsets[t] : 0); };
+  const auto b_at = [&](int64_t t) { return pr.b + (pr.b_offsets ? pr.b_offsets[t] : 0); };
+  const auto c_at = [&](int64_t t) { return pr.c + (pr.c_offsets ? pr.c_offsets[t] : 0); };
+  if (pr.k == 0 || pr.alpha == Acc(0)) {
+    for (int64_t t = 0; t < pr.batch; ++t) gemm_scale_only(pr, c_at(t));
+    return;
+  }
+  const int64_t work = pr.m * pr.n * pr.k;  // multiply-adds per matrix
+  const int threads = get_num_threads();
+  // Many small matrices: one thread per group of whole matrices.
+  if (pr.batch > 1 && threads > 1 && work < 4 * gemm_parallel_grain) {
+    parallel_for(pr.batch, work, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t)
+        gemm_block(pr, a_at(t), b_at(t), c_at(t), 0, pr.m, 0, pr.n);
+    });
+    return;
+  }
+  const int nt = static_cast<int>(std::clamp<int64_t>(work / gemm_parallel_grain, 1, threads));
+  for (int64_t t = 0; t < pr.batch; ++t) {
+    const TA* a = a_at(t);
+    const TB* b = b_at(t);
+    Acc* c = c_at(t);
+    if (nt == 1) {
+      gemm_block(pr, a, b, c, 0, pr.m, 0, pr.n);
+      continue;
+    }
+    const gemm_split s = choose_gemm_split<Acc>(pr.m, pr.n, nt);
+#if defined(_OPENMP)
+#pragma omp parallel num_threads(s.tm * s.tn)
+    {
+      const int id = omp_get_thread_num();
+      const int64_t i0 = std::min(pr.m, (id / s.tn) * s.rows), j0 = std::min(pr.n, (id % s.tn) * s.cols);
+      const int64_t i1 = std::min(pr.m, i0 + s.rows), j1 = std::min(pr.n, j0 + s.cols);
+      if (i0 < i1 && j0 < j1) gemm_block(pr, a, b, c, i0, i1, j0, j1);
+    }
+#else
+    gemm_block(pr, a, b, c, 0, pr.m, 0, pr.n);
+#endif
+  }
+}
+
+}  // namespace detail
+
+namespace backend {
+template <>
+struct gemm_kernel<cpu> {
+  template <class TA, class TB, class Acc>
+  static void run(const detail::gemm_problem<TA, TB, Acc>& pr) {
+    detail::gemm_run_cpu(pr);
+  }
+};
+}  // namespace backend
+
+TESSERA_END_NAMESPACE

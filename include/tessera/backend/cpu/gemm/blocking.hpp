@@ -1,0 +1,147 @@
+// tessera/backend/cpu/gemm/blocking.hpp - micro-tile shapes per instruction set, cache-derived
+// block sizes, and the per-thread packing workspace of the CPU GEMM.
+//
+// Loop nest (docs/perf/matmul.md has the derivation and the measurements). The micro-kernel
+// computes an mr x nr tile of C as mr broadcasts of A times nr/width vector loads of B per k:
+//   for ic in M step mc:        A block  mc x kc packed, lives in L3 (and L2 when it fits)
+//     for pc in K step kc:
+//       pack A block
+//       for jc in N step nc:    B block  kc x nc packed (or read in place), lives in L2
+//         pack B block
+//         for ir in mc step mr: A micro-panel mr x kc, stays in L1 across the jr loop
+//           for jr in nc step nr: micro-kernel, B micro-panel streams from L2
+// This is BLIS's nest for the transposed problem (C row-major = C^T column-major).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <new>
+
+#include "../simd/vec.hpp"
+
+#if defined(__linux__)
+#include <unistd.h>
+#endif
+
+TESSERA_BEGIN_NAMESPACE
+namespace detail {
+
+/// Micro-tile of the GEMM micro-kernel for accumulation type T: mr rows (broadcast operand) x
+/// nr columns (vector operand, a multiple of the SIMD width). kgroup: k values packed together
+/// (4 for int8: one 32-bit lane holds four bytes for the dot-product instructions).
+template <class T>
+struct gemm_tile;
+
+#if defined(TESSERA_SIMD_SCALAR) || defined(__CUDA_ARCH__)
+template <> struct gemm_tile<float> { static constexpr int mr = 4, nr = 4, kgroup = 1; };
+template <> struct gemm_tile<double> { static constexpr int mr = 4, nr = 4, kgroup = 1; };
+template <> struct gemm_tile<int32_t> { static constexpr int mr = 4, nr = 4, kgroup = 4; };
+#elif defined(__AVX512F__)
+// 32 zmm registers: 12 x 2 accumulators + 2 B vectors + 1 broadcast. 12 broadcasts + 2 loads per
+// 24 FMAs keeps the two load ports below their limit at two FMAs per cycle.
+template <> struct gemm_tile<float> { static constexpr int mr = 12, nr = 32, kgroup = 1; };
+template <> struct gemm_tile<double> { static constexpr int mr = 12, nr = 16, kgroup = 1; };
+#if defined(__AVX512VNNI__)
+template <> struct gemm_tile<int32_t> { static constexpr int mr = 12, nr = 32, kgroup = 4; };
+#else  // the vpmaddwd emulation needs 6 more registers
+template <> struct gemm_tile<int32_t> { static constexpr int mr = 8, nr = 32, kgroup = 4; };
+#endif
+#elif defined(__AVX2__) && defined(__FMA__)
+// 16 ymm registers: 6 x 2 accumulators + 2 B vectors + 1 broadcast.
+template <> struct gemm_tile<float> { static constexpr int mr = 6, nr = 16, kgroup = 1; };
+template <> struct gemm_tile<double> { static constexpr int mr = 6, nr = 8, kgroup = 1; };
+#if defined(__AVXVNNI__)
+template <> struct gemm_tile<int32_t> { static constexpr int mr = 6, nr = 16, kgroup = 4; };
+#else
+template <> struct gemm_tile<int32_t> { static constexpr int mr = 4, nr = 16, kgroup = 4; };
+#endif
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+// 32 q registers: 8 x 3 accumulators + 3 B vectors + 1 broadcast.
+template <> struct gemm_tile<float> { static constexpr int mr = 8, nr = 12, kgroup = 1; };
+template <> struct gemm_tile<double> { static constexpr int mr = 8, nr = 6, kgroup = 1; };
+template <> struct gemm_tile<int32_t> { static constexpr int mr = 4, nr = 4, kgroup = 4; };
+#else
+template <> struct gemm_tile<float> { static constexpr int mr = 4, nr = 4, kgroup = 1; };
+template <> struct gemm_tile<double> { static constexpr int mr = 4, nr = 4, kgroup = 1; };
+template <> struct gemm_tile<int32_t> { static constexpr int mr = 4, nr = 4, kgroup = 4; };
+#endif
+
+/// Data cache sizes per core (L3: the whole shared cache), from the OS when it says, else typical.
+struct cache_sizes {
+  int64_t l1 = 32 << 10, l2 = 1 << 20, l3 = 8 << 20;
+};
+inline const cache_sizes& host_caches() {
+  static const cache_sizes c = [] {
+    cache_sizes s;
+#if defined(__linux__) && defined(_SC_LEVEL1_DCACHE_SIZE)
+    const auto get = [](int name, int64_t fallback) {
+      const long v = sysconf(name);
+      return v > 0 ? static_cast<int64_t>(v) : fallback;
+    };
+    s.l1 = get(_SC_LEVEL1_DCACHE_SIZE, s.l1);
+    s.l2 = get(_SC_LEVEL2_CACHE_SIZE, s.l2);
+    s.l3 = get(_SC_LEVEL3_CACHE_SIZE, s.l3);
+#endif
+    return s;
+  }();
+  return c;
+}
+
+/// Block sizes of the loop nest for accumulation type T (packed element sizes pa, pb bytes).
+struct gemm_block_sizes {
+  int64_t kc, mc, nc;
+};
+
+/// kc: the A micro-panel (mr x kc) takes at most half of L1, leaving room for the streaming B
+///     micro-panel and C; a multiple of 8 (of kgroup for int8).
+/// nc: the packed B block (kc x nc) takes at most half of L2; a multiple of nr.
+/// mc: the packed A block (mc x kc) takes at most a quarter of L3 (shared by the threads) and
+///     at most 4096 rows; a multiple of mr.
+template <class T>
+gemm_block_sizes gemm_blocks() {
+  using tile = gemm_tile<T>;
+  // Bytes of one packed element: 1 for int8 inputs, sizeof(T) otherwise.
+  constexpr int64_t elem = tile::kgroup == 4 ? 1 : static_cast<int64_t>(sizeof(T));
+  const cache_sizes& cs = host_caches();
+  int64_t kc = std::clamp<int64_t>(cs.l1 / 2 / (tile::mr * elem), 64, 2048);
+  kc = kc / 16 * 16;
+  int64_t nc = std::clamp<int64_t>(cs.l2 / 2 / (kc * elem), tile::nr, 8192);
+  nc = std::max<int64_t>(nc / tile::nr, 1) * tile::nr;
+  int64_t mc = std::clamp<int64_t>(cs.l3 / 4 / (kc * elem), tile::mr, 4096);
+  mc = std::max<int64_t>(mc / tile::mr, 1) * tile::mr;
+  return {kc, mc, nc};
+}
+
+/// A grow-only, 64-byte aligned scratch buffer; one per thread and role (packed A, packed B).
+class gemm_buffer {
+ public:
+  void* get(size_t bytes) {
+    if (bytes > size_) {
+      ptr_.reset(static_cast<std::byte*>(::operator new(bytes, std::align_val_t{64})));
+      size_ = bytes;
+    }
+    return ptr_.get();
+  }
+
+ private:
+  struct release {
+    void operator()(std::byte* p) const { ::operator delete(p, std::align_val_t{64}); }
+  };
+  std::unique_ptr<std::byte, release> ptr_;
+  size_t size_ = 0;
+};
+
+struct gemm_workspace {
+  gemm_buffer a, b, sums;
+};
+/// This thread's packing buffers (kept between calls: packing never allocates in steady state).
+inline gemm_workspace& thread_gemm_workspace() {
+  static thread_local gemm_workspace w;
+  return w;
+}
+
+}  // namespace detail
+TESSERA_END_NAMESPACE

@@ -1,0 +1,83 @@
+// tessera/backend/cpu/gemm/kernel_fp.hpp - the register-blocked float/double micro-kernel.
+//
+// Per k step: NV vector loads of B (nr = NV * width columns) and MR broadcasts of A, MR * NV
+// FMAs into accumulators that stay in registers for the whole k block. One template serves every
+// ISA through simd::vec<T>; the tile shape comes from gemm_tile<T> (blocking.hpp).
+#pragma once
+
+#include "../simd/vec.hpp"
+#include "blocking.hpp"
+#include "epilogue.hpp"
+
+TESSERA_BEGIN_NAMESPACE
+namespace detail {
+
+/// C tile (mr_eff x nr_eff at c) from the packed A micro-panel a ([kc][MR]) and the B
+/// micro-panel b ([kc] rows of NR values, row stride ldb: NR when packed, the matrix's row
+/// stride when B is read in place).
+template <class T>
+void gemm_micro_fp(int64_t kc, const T* __restrict a, const T* __restrict b, int64_t ldb, T* c,
+                   int64_t c_rs, int64_t c_cs, int mr_eff, int nr_eff, const gemm_epilogue<T>& ep,
+                   int64_t i0, int64_t j0) {
+  constexpr int MR = gemm_tile<T>::mr, NR = gemm_tile<T>::nr;
+  if constexpr (simd::available<T>) {
+    using V = simd::vec<T>;
+    constexpr int W = V::width, NV = NR / W;
+    static_assert(NR % W == 0);
+    V acc[MR][NV];
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) acc[i][j] = V::broadcast(T(0));
+    for (int64_t p = 0; p < kc; ++p) {
+      V bv[NV];
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) bv[j] = V::load(b + j * W);
+#pragma GCC unroll 32
+      for (int i = 0; i < MR; ++i) {
+        const V av = V::broadcast(a[i]);
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; ++j) acc[i][j] = fma(av, bv[j], acc[i][j]);
+      }
+      a += MR;
+      b += ldb;
+    }
+    const bool vector_bias = ep.bias_kind != gemm_bias::per_col || ep.bias_stride == 1;
+    if (mr_eff == MR && nr_eff == NR && c_cs == 1 && vector_bias) {
+      const V alpha = V::broadcast(ep.alpha), beta = V::broadcast(ep.beta);
+#pragma GCC unroll 32
+      for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; ++j) {
+          T* out = c + i * c_rs + j * W;
+          V v = acc[i][j] * alpha;
+          if (ep.read_c) v = fma(beta, V::load(out), v);
+          if (ep.bias_kind == gemm_bias::per_row)
+            v = v + V::broadcast(ep.bias[(i0 + i) * ep.bias_stride]);
+          else if (ep.bias_kind == gemm_bias::per_col)
+            v = v + V::load(ep.bias + j0 + j * W);
+          if (ep.relu) v = relu(v);
+          v.store(out);
+        }
+      return;
+    }
+    alignas(64) T buf[MR * NR];
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) acc[i][j].store(buf + i * NR + j * W);
+    gemm_store_tile(buf, NR, mr_eff, nr_eff, c, c_rs, c_cs, ep, i0, j0);
+  } else {
+    T acc[MR][NR] = {};
+    for (int64_t p = 0; p < kc; ++p) {
+      for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < NR; ++j) acc[i][j] += a[i] * b[j];
+      a += MR;
+      b += ldb;
+    }
+    gemm_store_tile(&acc[0][0], NR, mr_eff, nr_eff, c, c_rs, c_cs, ep, i0, j0);
+  }
+}
+
+}  // namespace detail
+TESSERA_END_NAMESPACE

@@ -1,0 +1,137 @@
+// tessera/backend/cpu/gemm/kernel_int8.hpp - the 8-bit integer micro-kernel: unsigned bytes of A
+// times signed bytes of B, four k values per 32-bit lane, exact int32 accumulation.
+//
+// dot4(acc, a, b) adds, per 32-bit lane, the four byte products a[0..3] * b[0..3]:
+//   AVX-512 VNNI / AVX-VNNI: vpdpbusd, one instruction;
+//   AVX-512BW / AVX2 without VNNI: the bytes are widened to 16 bits (even and odd bytes apart)
+//   and multiplied with vpmaddwd, which cannot saturate (vpmaddubsw can: it is not used);
+//   elsewhere (NEON included, for now): plain scalar loops.
+#pragma once
+
+#include <cstring>
+
+#include "blocking.hpp"
+#include "epilogue.hpp"
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+TESSERA_BEGIN_NAMESPACE
+namespace detail {
+
+#if !defined(TESSERA_SIMD_SCALAR) && !defined(__CUDA_ARCH__) && defined(__AVX512BW__)
+struct int8_isa {
+  using reg = __m512i;
+  static constexpr int lanes = 16;
+  static reg zero() { return _mm512_setzero_si512(); }
+  static reg load(const int8_t* p) { return _mm512_loadu_si512(p); }
+  static reg broadcast4(const uint8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+  }
+  static reg dot4(reg acc, reg a, reg b) {
+#if defined(__AVX512VNNI__)
+    return _mm512_dpbusd_epi32(acc, a, b);
+#else
+    const reg lo8 = _mm512_set1_epi16(0x00ff);
+    const reg a_even = _mm512_and_si512(a, lo8), a_odd = _mm512_srli_epi16(a, 8);
+    const reg b_even = _mm512_srai_epi16(_mm512_slli_epi16(b, 8), 8);
+    const reg b_odd = _mm512_srai_epi16(b, 8);
+    acc = _mm512_add_epi32(acc, _mm512_madd_epi16(a_even, b_even));
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(a_odd, b_odd));
+#endif
+  }
+  static void store(int32_t* p, reg v) { _mm512_storeu_si512(p, v); }
+};
+#define TESSERA_DETAIL_HAVE_INT8_ISA 1
+#elif !defined(TESSERA_SIMD_SCALAR) && !defined(__CUDA_ARCH__) && defined(__AVX2__)
+struct int8_isa {
+  using reg = __m256i;
+  static constexpr int lanes = 8;
+  static reg zero() { return _mm256_setzero_si256(); }
+  static reg load(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const reg*>(p)); }
+  static reg broadcast4(const uint8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+  }
+  static reg dot4(reg acc, reg a, reg b) {
+#if defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(acc, a, b);
+#else
+    const reg lo8 = _mm256_set1_epi16(0x00ff);
+    const reg a_even = _mm256_and_si256(a, lo8), a_odd = _mm256_srli_epi16(a, 8);
+    const reg b_even = _mm256_srai_epi16(_mm256_slli_epi16(b, 8), 8);
+    const reg b_odd = _mm256_srai_epi16(b, 8);
+    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(a_even, b_even));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(a_odd, b_odd));
+#endif
+  }
+  static void store(int32_t* p, reg v) { _mm256_storeu_si256(reinterpret_cast<reg*>(p), v); }
+};
+#define TESSERA_DETAIL_HAVE_INT8_ISA 1
+#endif
+
+/// C tile from packed A ([kc/4][MR][4] unsigned bytes) and packed B ([kc/4][NR][4] signed
+/// bytes). row_corr[i] + col_corr[j] is added to each raw sum before the epilogue: it removes the
+/// zero-point biases of the packing (pack.hpp).
+inline void gemm_micro_int8(int64_t kc, const uint8_t* __restrict a, const int8_t* __restrict b,
+                            int32_t* c, int64_t c_rs, int64_t c_cs, int mr_eff, int nr_eff,
+                            const int32_t* row_corr, const int32_t* col_corr,
+                            const gemm_epilogue<int32_t>& ep, int64_t i0, int64_t j0) {
+  constexpr int MR = gemm_tile<int32_t>::mr, NR = gemm_tile<int32_t>::nr;
+  const int64_t groups = (kc + 3) / 4;
+  alignas(64) int32_t buf[MR * NR];
+#if defined(TESSERA_DETAIL_HAVE_INT8_ISA)
+  using isa = int8_isa;
+  using reg = isa::reg;
+  constexpr int NV = NR / isa::lanes;
+  static_assert(NR % isa::lanes == 0);
+  reg acc[MR][NV];
+#pragma GCC unroll 32
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) acc[i][j] = isa::zero();
+  for (int64_t g = 0; g < groups; ++g) {
+    reg bv[NV];
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) bv[j] = isa::load(b + j * isa::lanes * 4);
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i) {
+      const reg av = isa::broadcast4(a + i * 4);
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) acc[i][j] = isa::dot4(acc[i][j], av, bv[j]);
+    }
+    a += MR * 4;
+    b += NR * 4;
+  }
+#pragma GCC unroll 32
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) isa::store(buf + i * NR + j * isa::lanes, acc[i][j]);
+#else
+  for (int t = 0; t < MR * NR; ++t) buf[t] = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NR; ++j) {
+        int32_t s = 0;
+        for (int q = 0; q < 4; ++q) s += int32_t{a[i * 4 + q]} * int32_t{b[j * 4 + q]};
+        buf[i * NR + j] = static_cast<int32_t>(static_cast<uint32_t>(buf[i * NR + j]) +
+                                                 static_cast<uint32_t>(s));
+      }
+    a += MR * 4;
+    b += NR * 4;
+  }
+#endif
+  for (int i = 0; i < mr_eff; ++i)
+    for (int j = 0; j < nr_eff; ++j)
+      buf[i * NR + j] = static_cast<int32_t>(static_cast<uint32_t>(buf[i * NR + j]) +
+                                             static_cast<uint32_t>(row_corr[i]) +
+                                             static_cast<uint32_t>(col_corr[j]));
+  gemm_store_tile(buf, NR, mr_eff, nr_eff, c, c_rs, c_cs, ep, i0, j0);
+}
+
+}  // namespace detail
+TESSERA_END_NAMESPACE

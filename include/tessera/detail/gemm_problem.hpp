@@ -1,0 +1,45 @@
+// tessera/detail/gemm_problem.hpp - the backend-neutral description of one (batched) GEMM, what
+// ops/matmul.hpp hands to backend::gemm_kernel<B>::run.
+#pragma once
+
+#include <cstdint>
+
+#include "../config.hpp"
+
+TESSERA_BEGIN_NAMESPACE
+namespace detail {
+
+/// Where a bias vector lies along the output: one value per row (convolution: per output
+/// channel) or one per column (linear: per output feature).
+enum class gemm_bias : int8_t { none, per_row, per_col };
+
+/// c = alpha * a·b + beta * c (+ bias) (then max(., 0) when relu), for each of `batch` matrices.
+/// Element (i, p) of a is a[i * a_rs + p * a_cs]: any strides, transposes are just swapped
+/// strides. Acc is the accumulation type and c's element type (float, double or int32);
+/// conversions to other output types happen above the backend.
+/// Contract: beta == 0 means c is not read (NaN there does not leak); alpha == 0 or k == 0
+/// means a and b are not read.
+template <class TA, class TB, class Acc>
+struct gemm_problem {
+  int64_t m = 0, n = 0, k = 0;
+  const TA* a = nullptr;
+  int64_t a_rs = 0, a_cs = 0;
+  const TB* b = nullptr;
+  int64_t b_rs = 0, b_cs = 0;
+  Acc* c = nullptr;
+  int64_t c_rs = 0, c_cs = 0;
+  Acc alpha{1}, beta{0};
+  const Acc* bias = nullptr;  // element i (per_row) or j (per_col) at bias[i * bias_stride]
+  int64_t bias_stride = 0;
+  gemm_bias bias_kind = gemm_bias::none;
+  bool relu = false;
+  // Batches: matrix t uses a + a_offsets[t], b + b_offsets[t], c + c_offsets[t] (elements); a
+  // null offset array means 0 for every t.
+  int64_t batch = 1;
+  const int64_t* a_offsets = nullptr;
+  const int64_t* b_offsets = nullptr;
+  const int64_t* c_offsets = nullptr;
+};
+
+}  // namespace detail
+TESSERA_END_NAMESPACE
