@@ -21,7 +21,13 @@ inline constexpr int64_t gemm_parallel_grain = int64_t{1} << 17;
 
 template <class T>
 const gemm_block_sizes& cached_gemm_blocks() {
-  static const gemm_block_sizes b = gemm_blocks<T>();
+  static const gemm_block_sizes b = [] {
+    gemm_block_sizes r = gemm_blocks<T>();
+    if (const char* e = std::getenv("TSKC")) r.kc = std::atoll(e);
+    if (const char* e = std::getenv("TSNC")) r.nc = std::atoll(e);
+    if (const char* e = std::getenv("TSMC")) r.mc = std::atoll(e);
+    return r;
+  }();
   return b;
 }
 
@@ -31,6 +37,13 @@ const gemm_block_sizes& cached_gemm_blocks() {
 template <class TB, class Acc>
 bool gemm_b_in_place(int64_t m, int64_t b_cs) {
   return std::is_same_v<TB, Acc> && b_cs == 1 && m <= 4 * gemm_tile<Acc>::mr;
+}
+
+/// Whether A is read in place instead of packed: small problems (up to 128^3 multiply-adds, all
+/// operands L2-resident), where the packing pass would cost a large share of the time.
+template <class TA, class TB, class Acc>
+bool gemm_a_in_place(const gemm_problem<TA, TB, Acc>& pr) {
+  return std::is_same_v<TA, Acc> && pr.m * pr.n * pr.k <= (int64_t{1} << 21);
 }
 
 /// Rows [i_begin, i_end) x columns [j_begin, j_end) of C for one matrix, on this thread.
@@ -56,17 +69,21 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
     auto* s = static_cast<int32_t*>(ws.sums.get(sizeof(int32_t) * static_cast<size_t>(2 * (mc + nc))));
     row_sum = s, row_corr = s + mc, col_sum = s + 2 * mc, col_corr = s + 2 * mc + nc;
   }
-  const bool b_in_place = !is_int8 && gemm_b_in_place<TB, Acc>(pr.m, pr.b_cs);
+  const bool b_in_place = !is_int8 && (gemm_b_in_place<TB, Acc>(pr.m, pr.b_cs) ||
+                                       (pr.b_cs == 1 && gemm_a_in_place(pr)));
+  const bool a_direct = !is_int8 && gemm_a_in_place(pr);
 
   for (int64_t ic = 0; ic < m; ic += mc) {
     const int64_t mb = std::min(mc, m - ic);
     for (int64_t pc = 0; pc < k; pc += kc) {
       const int64_t kb = std::min(kc, k - pc), kbp = (kb + KG - 1) / KG * KG;
       const TA* a_blk = a + (i_begin + ic) * pr.a_rs + pc * pr.a_cs;
+      // Full micro-panels of A read in place; a ragged last one is packed (zero-padded).
+      const int64_t mb_direct = a_direct ? mb / MR * MR : 0;
       if constexpr (is_int8)
         pack_a_int8<MR>(a_blk, pr.a_rs, pr.a_cs, mb, kb, abuf, row_sum);
-      else
-        pack_a_fp<MR>(a_blk, pr.a_rs, pr.a_cs, mb, kb, abuf);
+      else if (mb_direct < mb)
+        pack_a_fp<MR>(a_blk + mb_direct * pr.a_rs, pr.a_rs, pr.a_cs, mb - mb_direct, kb, abuf);
       gemm_epilogue<Acc> ep;
       ep.alpha = pr.alpha;
       ep.beta = pc == 0 ? pr.beta : Acc(1);
@@ -91,20 +108,29 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
         }
         for (int64_t ir = 0; ir < mb; ir += MR) {
           const int mr_eff = static_cast<int>(std::min<int64_t>(MR, mb - ir));
-          const PA* a_panel = abuf + ir * kbp;
+          const PA* a_panel = abuf + (ir - mb_direct) * kbp;
           for (int64_t jr = 0; jr < nb; jr += NR) {
             const int nr_eff = static_cast<int>(std::min<int64_t>(NR, nb - jr));
             const int64_t ci = i_begin + ic + ir, cj = j_begin + jc + jr;
             Acc* c_tile = c + ci * pr.c_rs + cj * pr.c_cs;
             if constexpr (is_int8) {
-              gemm_micro_int8(kb, a_panel, bbuf + jr * kbp, c_tile, pr.c_rs, pr.c_cs, mr_eff, nr_eff,
+              gemm_micro_int8(kb, abuf + ir * kbp, bbuf + jr * kbp, c_tile, pr.c_rs, pr.c_cs, mr_eff, nr_eff,
                               row_corr + ir, col_corr + jr, ep, ci, cj);
-            } else if (jr < nb_direct) {
-              gemm_micro_fp<Acc>(kb, a_panel, reinterpret_cast<const Acc*>(b_blk) + jr, pr.b_rs,
-                                 c_tile, pr.c_rs, pr.c_cs, mr_eff, nr_eff, ep, ci, cj);
             } else {
-              gemm_micro_fp<Acc>(kb, a_panel, bbuf + (jr - nb_direct) * kbp, NR, c_tile, pr.c_rs,
-                                 pr.c_cs, mr_eff, nr_eff, ep, ci, cj);
+              const Acc* b_panel = bbuf + (jr - nb_direct) * kbp;
+              int64_t ldb = NR;
+              if constexpr (std::is_same_v<TB, Acc>)
+                if (jr < nb_direct) b_panel = b_blk + jr, ldb = pr.b_rs;
+              if constexpr (std::is_same_v<TA, Acc>) {
+                if (ir < mb_direct) {
+                  gemm_micro_fp<Acc>(kb, a_blk + ir * pr.a_rs, b_panel, ldb, c_tile, pr.c_rs,
+                                     pr.c_cs, mr_eff, nr_eff, ep, ci, cj,
+                                     a_in_place{pr.a_rs, pr.a_cs});
+                  continue;
+                }
+              }
+              gemm_micro_fp<Acc>(kb, a_panel, b_panel, ldb, c_tile, pr.c_rs, pr.c_cs, mr_eff,
+                                 nr_eff, ep, ci, cj);
             }
           }
         }
@@ -127,14 +153,16 @@ void gemm_scale_only(const gemm_problem<TA, TB, Acc>& pr, Acc* c) {
 }
 
 /// How T threads split one m x n output: a tm x tn grid of blocks aligned to the micro-tile,
-/// chosen to make the largest block smallest (ties: fewer row splits, so that B, the operand
-/// read in place, is shared).
+/// chosen to make the largest block smallest. Each thread packs the A rows and B columns of its
+/// block, so a row split duplicates B's packing and a column split A's; on ties rows are split
+/// (B packing is a plain copy for row-major B, A packing a transpose) unless A is short enough
+/// that B is read in place, never packed.
 struct gemm_split {
   int tm = 1, tn = 1;
   int64_t rows = 0, cols = 0;  // block size
 };
 template <class Acc>
-gemm_split choose_gemm_split(int64_t m, int64_t n, int threads) {
+gemm_split choose_gemm_split(int64_t m, int64_t n, int threads, bool prefer_rows) {
   constexpr int MR = gemm_tile<Acc>::mr, NR = gemm_tile<Acc>::nr;
   gemm_split best;
   int64_t best_cost = -1;
@@ -144,7 +172,9 @@ gemm_split choose_gemm_split(int64_t m, int64_t n, int threads) {
     const int64_t rows = ((m + tm - 1) / tm + MR - 1) / MR * MR;
     const int64_t cols = ((n + tn - 1) / tn + NR - 1) / NR * NR;
     const int64_t cost = rows * cols;
-    if (best_cost < 0 || cost < best_cost) best = {tm, tn, rows, cols}, best_cost = cost;
+    const bool better = best_cost < 0 || cost < best_cost ||
+                        (cost == best_cost && prefer_rows && tm > best.tm);
+    if (better) best = {tm, tn, rows, cols}, best_cost = cost;
   }
   return best;
 }
@@ -178,7 +208,8 @@ void gemm_run_cpu(const gemm_problem<TA, TB, Acc>& pr) {
       gemm_block(pr, a, b, c, 0, pr.m, 0, pr.n);
       continue;
     }
-    const gemm_split s = choose_gemm_split<Acc>(pr.m, pr.n, nt);
+    const gemm_split s =
+        choose_gemm_split<Acc>(pr.m, pr.n, nt, !gemm_b_in_place<TB, Acc>(pr.m, pr.b_cs));
 #if defined(_OPENMP)
 #pragma omp parallel num_threads(s.tm * s.tn)
     {

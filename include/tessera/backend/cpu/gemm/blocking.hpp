@@ -42,7 +42,7 @@ template <> struct gemm_tile<int32_t> { static constexpr int mr = 4, nr = 4, kgr
 #elif defined(__AVX512F__)
 // 32 zmm registers: 12 x 2 accumulators + 2 B vectors + 1 broadcast. 12 broadcasts + 2 loads per
 // 24 FMAs keeps the two load ports below their limit at two FMAs per cycle.
-template <> struct gemm_tile<float> { static constexpr int mr = 12, nr = 32, kgroup = 1; };
+template <> struct gemm_tile<float> { static constexpr int mr = 8, nr = 32, kgroup = 1; };
 template <> struct gemm_tile<double> { static constexpr int mr = 12, nr = 16, kgroup = 1; };
 #if defined(__AVX512VNNI__)
 template <> struct gemm_tile<int32_t> { static constexpr int mr = 12, nr = 32, kgroup = 4; };
@@ -95,8 +95,8 @@ struct gemm_block_sizes {
   int64_t kc, mc, nc;
 };
 
-/// kc: the A micro-panel (mr x kc) takes at most half of L1, leaving room for the streaming B
-///     micro-panel and C; a multiple of 8 (of kgroup for int8).
+/// kc: the A micro-panel (mr x kc, reused across the jr loop) and the B micro-panel (kc x nr,
+///     streamed) fit L1 together; a multiple of 16.
 /// nc: the packed B block (kc x nc) takes at most half of L2; a multiple of nr.
 /// mc: the packed A block (mc x kc) takes at most a quarter of L3 (shared by the threads) and
 ///     at most 4096 rows; a multiple of mr.
@@ -106,7 +106,7 @@ gemm_block_sizes gemm_blocks() {
   // Bytes of one packed element: 1 for int8 inputs, sizeof(T) otherwise.
   constexpr int64_t elem = tile::kgroup == 4 ? 1 : static_cast<int64_t>(sizeof(T));
   const cache_sizes& cs = host_caches();
-  int64_t kc = std::clamp<int64_t>(cs.l1 / 2 / (tile::mr * elem), 64, 2048);
+  int64_t kc = std::clamp<int64_t>(cs.l1 / ((tile::mr + tile::nr) * elem), 64, 2048);
   kc = kc / 16 * 16;
   int64_t nc = std::clamp<int64_t>(cs.l2 / 2 / (kc * elem), tile::nr, 8192);
   nc = std::max<int64_t>(nc / tile::nr, 1) * tile::nr;

@@ -5,6 +5,8 @@
 // ISA through simd::vec<T>; the tile shape comes from gemm_tile<T> (blocking.hpp).
 #pragma once
 
+#include <type_traits>
+
 #include "../simd/vec.hpp"
 #include "blocking.hpp"
 #include "epilogue.hpp"
@@ -12,18 +14,44 @@
 TESSERA_BEGIN_NAMESPACE
 namespace detail {
 
-/// C tile (mr_eff x nr_eff at c) from the packed A micro-panel a ([kc][MR]) and the B
+/// Where the micro-kernel finds A: packed ([kc][MR], compile-time offsets), or in place with
+/// element (i, p) at a[i * rs + p * cs] (small problems, where packing would cost more than the
+/// strided broadcasts).
+struct a_in_place {
+  int64_t rs, cs;
+};
+struct a_packed {};
+
+/// C tile (mr_eff x nr_eff at c) from the A micro-panel a (see a_packed / a_in_place) and the B
 /// micro-panel b ([kc] rows of NR values, row stride ldb: NR when packed, the matrix's row
 /// stride when B is read in place).
-template <class T>
+template <class T, class ALayout = a_packed>
 void gemm_micro_fp(int64_t kc, const T* __restrict a, const T* __restrict b, int64_t ldb, T* c,
                    int64_t c_rs, int64_t c_cs, int mr_eff, int nr_eff, const gemm_epilogue<T>& ep,
-                   int64_t i0, int64_t j0) {
+                   int64_t i0, int64_t j0, ALayout al = {}) {
+  constexpr bool packed = std::is_same_v<ALayout, a_packed>;
+  const auto a_at = [&](int i) -> T {
+    if constexpr (packed)
+      return a[i];
+    else
+      return a[i * al.rs];
+  };
+  int64_t a_step = 0;
+  if constexpr (packed)
+    a_step = gemm_tile<T>::mr;
+  else
+    a_step = al.cs;
   constexpr int MR = gemm_tile<T>::mr, NR = gemm_tile<T>::nr;
   if constexpr (simd::available<T>) {
     using V = simd::vec<T>;
     constexpr int W = V::width, NV = NR / W;
     static_assert(NR % W == 0);
+    // The C tile is needed only after the k loop: fetch its lines now, so that its cache misses
+    // overlap the loop instead of stalling the stores (an mr x nr tile spans mr rows).
+    if (mr_eff == MR && nr_eff == NR && c_cs == 1)
+      for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < NR; j += 64 / static_cast<int>(sizeof(T)))
+          __builtin_prefetch(c + i * c_rs + j, 1);
     V acc[MR][NV];
 #pragma GCC unroll 32
     for (int i = 0; i < MR; ++i)
@@ -35,11 +63,11 @@ void gemm_micro_fp(int64_t kc, const T* __restrict a, const T* __restrict b, int
       for (int j = 0; j < NV; ++j) bv[j] = V::load(b + j * W);
 #pragma GCC unroll 32
       for (int i = 0; i < MR; ++i) {
-        const V av = V::broadcast(a[i]);
+        const V av = V::broadcast(a_at(i));
 #pragma GCC unroll 4
         for (int j = 0; j < NV; ++j) acc[i][j] = fma(av, bv[j], acc[i][j]);
       }
-      a += MR;
+      a += a_step;
       b += ldb;
     }
     const bool vector_bias = ep.bias_kind != gemm_bias::per_col || ep.bias_stride == 1;
@@ -71,8 +99,8 @@ void gemm_micro_fp(int64_t kc, const T* __restrict a, const T* __restrict b, int
     T acc[MR][NR] = {};
     for (int64_t p = 0; p < kc; ++p) {
       for (int i = 0; i < MR; ++i)
-        for (int j = 0; j < NR; ++j) acc[i][j] += a[i] * b[j];
-      a += MR;
+        for (int j = 0; j < NR; ++j) acc[i][j] += a_at(i) * b[j];
+      a += a_step;
       b += ldb;
     }
     gemm_store_tile(&acc[0][0], NR, mr_eff, nr_eff, c, c_rs, c_cs, ep, i0, j0);

@@ -44,6 +44,11 @@ struct int8_isa {
 #endif
   }
   static void store(int32_t* p, reg v) { _mm512_storeu_si512(p, v); }
+  static reg load32(const int32_t* p) { return _mm512_loadu_si512(p); }
+  static reg set1(int32_t v) { return _mm512_set1_epi32(v); }
+  static reg add(reg x, reg y) { return _mm512_add_epi32(x, y); }
+  static reg mul(reg x, reg y) { return _mm512_mullo_epi32(x, y); }
+  static reg relu(reg x) { return _mm512_max_epi32(x, _mm512_setzero_si512()); }
 };
 #define TESSERA_DETAIL_HAVE_INT8_ISA 1
 #elif !defined(TESSERA_SIMD_SCALAR) && !defined(__CUDA_ARCH__) && defined(__AVX2__)
@@ -70,6 +75,11 @@ struct int8_isa {
 #endif
   }
   static void store(int32_t* p, reg v) { _mm256_storeu_si256(reinterpret_cast<reg*>(p), v); }
+  static reg load32(const int32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const reg*>(p)); }
+  static reg set1(int32_t v) { return _mm256_set1_epi32(v); }
+  static reg add(reg x, reg y) { return _mm256_add_epi32(x, y); }
+  static reg mul(reg x, reg y) { return _mm256_mullo_epi32(x, y); }
+  static reg relu(reg x) { return _mm256_max_epi32(x, _mm256_setzero_si256()); }
 };
 #define TESSERA_DETAIL_HAVE_INT8_ISA 1
 #endif
@@ -106,6 +116,32 @@ inline void gemm_micro_int8(int64_t kc, const uint8_t* __restrict a, const int8_
     }
     a += MR * 4;
     b += NR * 4;
+  }
+  const bool vector_bias = ep.bias_kind != gemm_bias::per_col || ep.bias_stride == 1;
+  if (mr_eff == MR && nr_eff == NR && c_cs == 1 && vector_bias) {
+    // Whole tile: corrections and epilogue in registers (wrapping int32 arithmetic).
+    const reg alpha = isa::set1(ep.alpha), beta = isa::set1(ep.beta);
+    reg colc[NV];
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) colc[j] = isa::load32(col_corr + j * isa::lanes);
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i) {
+      const reg rowc = isa::set1(row_corr[i]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) {
+        int32_t* out = c + i * c_rs + j * isa::lanes;
+        reg v = isa::add(acc[i][j], isa::add(rowc, colc[j]));
+        if (ep.alpha != 1) v = isa::mul(v, alpha);
+        if (ep.read_c) v = isa::add(v, ep.beta == 1 ? isa::load32(out) : isa::mul(beta, isa::load32(out)));
+        if (ep.bias_kind == gemm_bias::per_row)
+          v = isa::add(v, isa::set1(ep.bias[(i0 + i) * ep.bias_stride]));
+        else if (ep.bias_kind == gemm_bias::per_col)
+          v = isa::add(v, isa::load32(ep.bias + j0 + j * isa::lanes));
+        if (ep.relu) v = isa::relu(v);
+        isa::store(out, v);
+      }
+    }
+    return;
   }
 #pragma GCC unroll 32
   for (int i = 0; i < MR; ++i)

@@ -89,6 +89,15 @@ void pack_b_fp(const S* b, int64_t rs, int64_t cs, int64_t kb, int64_t nb, P* ds
   for (int64_t c0 = 0; c0 < nb; c0 += NR, dst += NR * kb) {
     const int cols = static_cast<int>(std::min<int64_t>(NR, nb - c0));
     const S* src = b + c0 * cs;
+    if constexpr (std::is_same_v<S, P> && simd::available<P>) {
+      using V = simd::vec<P>;
+      if (cs == 1 && cols == NR) {  // the common case: rows of B are contiguous, copy vectors
+        for (int64_t p = 0; p < kb; ++p)
+#pragma GCC unroll 4
+          for (int j = 0; j < NR; j += V::width) V::load(src + p * rs + j).store(dst + p * NR + j);
+        continue;
+      }
+    }
     if (cs == 1) {
       for (int64_t p = 0; p < kb; ++p) {
         const S* row = src + p * rs;
@@ -123,19 +132,32 @@ inline constexpr int32_t int8_b_bias = std::is_same_v<S, uint8_t> ? 128 : 0;
 template <int MR, class S>
 void pack_a_int8(const S* a, int64_t rs, int64_t cs, int64_t mb, int64_t kb, uint8_t* dst,
                  int32_t* row_sums) {
-  const int64_t kbp = (kb + 3) / 4 * 4;
+  const int64_t kbp = (kb + 3) / 4 * 4, kb4 = kb / 4 * 4;
   for (int64_t r0 = 0; r0 < mb; r0 += MR, dst += MR * kbp) {
     const int rows = static_cast<int>(std::min<int64_t>(MR, mb - r0));
     std::memset(dst, 0, static_cast<size_t>(MR * kbp));
     for (int i = 0; i < rows; ++i) {
       const S* src = a + (r0 + i) * rs;
-      int32_t sum = 0;
-      for (int64_t p = 0; p < kb; ++p) {
+      uint32_t sum = 0;
+      int64_t p = 0;
+      if (cs == 1) {
+        // Four k values are four contiguous bytes: move them as one word, biased at once.
+        constexpr uint32_t flip = int8_a_bias<S> ? 0x80808080u : 0u;
+        for (; p < kb4; p += 4) {
+          uint32_t w;
+          std::memcpy(&w, src + p, 4);
+          w ^= flip;
+          std::memcpy(dst + ((p >> 2) * MR + i) * 4, &w, 4);
+          const uint32_t pairs = (w & 0x00ff00ffu) + ((w >> 8) & 0x00ff00ffu);
+          sum += (pairs & 0xffffu) + (pairs >> 16);
+        }
+      }
+      for (; p < kb; ++p) {
         const auto u = static_cast<uint8_t>(static_cast<int32_t>(src[p * cs]) + int8_a_bias<S>);
         dst[((p >> 2) * MR + i) * 4 + (p & 3)] = u;
         sum += u;
       }
-      row_sums[r0 + i] = sum;
+      row_sums[r0 + i] = static_cast<int32_t>(sum);
     }
   }
 }
@@ -147,17 +169,32 @@ void pack_b_int8(const S* b, int64_t rs, int64_t cs, int64_t kb, int64_t nb, int
   const int64_t kbp = (kb + 3) / 4 * 4;
   for (int64_t c0 = 0; c0 < nb; c0 += NR, dst += NR * kbp) {
     const int cols = static_cast<int>(std::min<int64_t>(NR, nb - c0));
-    std::memset(dst, 0, static_cast<size_t>(NR * kbp));
-    for (int j = 0; j < cols; ++j) col_sums[c0 + j] = 0;
-    for (int64_t p = 0; p < kb; ++p) {
-      const S* row = b + p * rs + c0 * cs;
-      int8_t* out = dst + (p >> 2) * NR * 4 + (p & 3);
-      for (int j = 0; j < cols; ++j) {
-        const auto s = static_cast<int8_t>(static_cast<int32_t>(row[j * cs]) - int8_b_bias<S>);
-        out[j * 4] = s;
-        col_sums[c0 + j] += s;
+    int32_t sums[NR] = {};
+    for (int64_t p0 = 0; p0 < kb; p0 += 4) {
+      const int q_end = static_cast<int>(std::min<int64_t>(4, kb - p0));
+      int8_t* out = dst + (p0 >> 2) * NR * 4;
+      for (int q = 0; q < 4; ++q) {
+        const S* row = b + (p0 + q) * rs + c0 * cs;
+        if (q < q_end && cols == NR && cs == 1) {
+#pragma GCC unroll 4
+          for (int j = 0; j < NR; ++j) {
+            const auto v = static_cast<int8_t>(static_cast<int32_t>(row[j]) - int8_b_bias<S>);
+            out[j * 4 + q] = v;
+            sums[j] += v;
+          }
+        } else {
+          for (int j = 0; j < NR; ++j) {
+            int8_t v = 0;
+            if (q < q_end && j < cols)
+              v = static_cast<int8_t>(static_cast<int32_t>(row[j * cs]) - int8_b_bias<S>);
+            out[j * 4 + q] = v;
+            sums[j] += v;
+          }
+        }
       }
     }
+    if (kb == 0) std::memset(dst, 0, static_cast<size_t>(NR * kbp));
+    for (int j = 0; j < cols; ++j) col_sums[c0 + j] = sums[j];
   }
 }
 
