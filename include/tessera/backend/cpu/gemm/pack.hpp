@@ -14,7 +14,7 @@
 #include "../../../core/half.hpp"
 #include "blocking.hpp"
 
-#if defined(__F16C__)
+#if defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
@@ -60,6 +60,57 @@ const float* float8_table_for() {
     return nullptr;
 }
 
+/// Loads one vector of floats from W consecutive half or bfloat16 values (vector conversion: F16C
+/// for half, a 16-bit shift for bfloat16). Only called where simd::vec<float> exists.
+template <class S>
+TESSERA_ALWAYS_INLINE auto load_as_float(const S* p) {
+  using V = simd::vec<float>;
+#if defined(__AVX512F__) && !defined(TESSERA_SIMD_SCALAR)
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  if constexpr (std::is_same_v<S, half>)
+    return V{_mm512_cvtph_ps(raw)};
+  else
+    return V{_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16))};
+#elif defined(__AVX2__) && defined(__F16C__) && !defined(TESSERA_SIMD_SCALAR)
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if constexpr (std::is_same_v<S, half>)
+    return V{_mm256_cvtph_ps(raw)};
+  else
+    return V{_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16))};
+#else
+  alignas(64) float tmp[V::width];
+  for (int i = 0; i < V::width; ++i) tmp[i] = static_cast<float>(p[i]);
+  return V::load(tmp);
+#endif
+}
+
+template <class P, class S>
+inline constexpr bool vector_convertible_v =
+    std::is_same_v<P, float> && (std::is_same_v<S, half> || std::is_same_v<S, bfloat16>);
+
+#if (defined(__AVX2__) || defined(__AVX512F__)) && !defined(TESSERA_SIMD_SCALAR)
+/// Transposes an 8 x 8 float block: src rows at src + r * ld, written as 8 columns of 8 to dst.
+TESSERA_ALWAYS_INLINE void transpose_8x8(const float* src, int64_t ld, float* dst) {
+  __m256 r[8], t[8], q[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ld);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);      // k0 k1 | k4 k5 of rows i, i+1
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);  // k2 k3 | k6 k7
+  }
+  for (int h = 0; h < 8; h += 4) {  // rows h..h+3
+    q[h] = _mm256_shuffle_ps(t[h], t[h + 2], 0x44);      // k0 | k4
+    q[h + 1] = _mm256_shuffle_ps(t[h], t[h + 2], 0xee);  // k1 | k5
+    q[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0x44);  // k2 | k6
+    q[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0xee);  // k3 | k7
+  }
+  for (int j = 0; j < 4; ++j) {
+    _mm256_storeu_ps(dst + j * 8, _mm256_permute2f128_ps(q[j], q[j + 4], 0x20));
+    _mm256_storeu_ps(dst + (j + 4) * 8, _mm256_permute2f128_ps(q[j], q[j + 4], 0x31));
+  }
+}
+#define TESSERA_DETAIL_HAVE_TRANSPOSE_8X8 1
+#endif
+
 /// Packs rows [0, mb) x k [0, kb) of a (element (i, p) at a[i * rs + p * cs]) into micro-panels
 /// of MR rows: panel r holds rows r*MR.. as [p][MR], rows past mb zero-filled.
 template <int MR, class P, class S>
@@ -68,6 +119,17 @@ void pack_a_fp(const S* a, int64_t rs, int64_t cs, int64_t mb, int64_t kb, P* ds
   for (int64_t r0 = 0; r0 < mb; r0 += MR, dst += MR * kb) {
     const int rows = static_cast<int>(std::min<int64_t>(MR, mb - r0));
     const S* src = a + r0 * rs;
+#if defined(TESSERA_DETAIL_HAVE_TRANSPOSE_8X8)
+    if constexpr (MR == 8 && std::is_same_v<S, float> && std::is_same_v<P, float>) {
+      if (cs == 1 && rows == MR) {  // row-major A: 8 x 8 register transposes
+        int64_t p = 0;
+        for (; p + 8 <= kb; p += 8) transpose_8x8(src + p, rs, dst + p * MR);
+        for (; p < kb; ++p)
+          for (int i = 0; i < MR; ++i) dst[p * MR + i] = src[i * rs + p];
+        continue;
+      }
+    }
+#endif
     if (cs == 1) {
       for (int i = 0; i < rows; ++i)
         for (int64_t p = 0; p < kb; ++p) dst[p * MR + i] = pack_convert<P>(src[i * rs + p], f8);
@@ -89,12 +151,17 @@ void pack_b_fp(const S* b, int64_t rs, int64_t cs, int64_t kb, int64_t nb, P* ds
   for (int64_t c0 = 0; c0 < nb; c0 += NR, dst += NR * kb) {
     const int cols = static_cast<int>(std::min<int64_t>(NR, nb - c0));
     const S* src = b + c0 * cs;
-    if constexpr (std::is_same_v<S, P> && simd::available<P>) {
+    if constexpr ((std::is_same_v<S, P> || vector_convertible_v<P, S>) && simd::available<P>) {
       using V = simd::vec<P>;
       if (cs == 1 && cols == NR) {  // the common case: rows of B are contiguous, copy vectors
         for (int64_t p = 0; p < kb; ++p)
 #pragma GCC unroll 4
-          for (int j = 0; j < NR; j += V::width) V::load(src + p * rs + j).store(dst + p * NR + j);
+          for (int j = 0; j < NR; j += V::width) {
+            if constexpr (std::is_same_v<S, P>)
+              V::load(src + p * rs + j).store(dst + p * NR + j);
+            else
+              load_as_float(src + p * rs + j).store(dst + p * NR + j);
+          }
         continue;
       }
     }
