@@ -64,7 +64,7 @@ const float* float8_table_for() {
 /// for half, a 16-bit shift for bfloat16). Only called where simd::vec<float> exists.
 template <class S>
 TESSERA_ALWAYS_INLINE auto load_as_float(const S* p) {
-  using V = simd::vec<float>;
+  using V = simd::vec<compute_t<S>>;  // vec<float>, named dependently: undefined in scalar builds
 #if defined(__AVX512F__) && !defined(TESSERA_SIMD_SCALAR)
   const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   if constexpr (std::is_same_v<S, half>)
