@@ -14,7 +14,7 @@ set -euo pipefail
 mode="${1:-test}"
 example_pkgs=(build-essential cmake ninja-build zlib1g-dev dataset-fashion-mnist)
 test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev)
-bench_pkgs=(libopenblas-dev libdnnl-dev)
+bench_pkgs=(libopenblas-dev libdnnl-dev ocl-icd-opencl-dev)
 
 case "$mode" in
   example) wanted=("${example_pkgs[@]}") ;;

@@ -2,6 +2,7 @@
 // batch offsets; the arithmetic is the backend's gemm_kernel.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -78,6 +79,23 @@ std::vector<int64_t> batch_offsets(const Tensor<T, B>& t, const Shape& batch) {
   return off;
 }
 
+/// The batch dims of a and b broadcast together; the error names both operands' full shapes.
+template <class TA, class TB, class B>
+Shape product_batch(std::string_view op, const Tensor<TA, B>& a, const Tensor<TB, B>& b) {
+  const Shape ba = batch_shape(a), bb = batch_shape(b);
+  Shape s;
+  const int r = std::max(ba.rank(), bb.rank());
+  for (int d = 0; d < r; ++d) {
+    const int da = d - (r - ba.rank()), db = d - (r - bb.rank());
+    const int64_t x = da >= 0 ? ba[da] : 1, y = db >= 0 ? bb[db] : 1;
+    if (x != y && x != 1 && y != 1)
+      fail<shape_error>(op, "batch dims of ", a.shape(), " and ", b.shape(),
+                        " do not broadcast (", x, " vs ", y, ")");
+    s.push_back(x == 1 ? y : x);
+  }
+  return s;
+}
+
 /// Extras of a GEMM beyond c = alpha a·b + beta c.
 template <class Acc, class B>
 struct gemm_extras {
@@ -112,7 +130,7 @@ void gemm_into(std::string_view op, double alpha, const Tensor<TA, B>& a0, const
       if (k != kb)
         fail<shape_error>(op, "inner dimensions differ: ", a0.shape(), " x ", b0.shape(), " (",
                           k, " vs ", kb, ")");
-      const Shape batch = broadcast_shapes(batch_shape(a0), batch_shape(b0), op);
+      const Shape batch = product_batch(op, a0, b0);
       Shape want = batch_shape(c);
       if (!(broadcast_shapes(batch, want, op) == want) || c.shape()[c.rank() - 2] != m ||
           c.shape()[c.rank() - 1] != n) {
@@ -174,7 +192,7 @@ struct matmul_plan {
     if (k != kb)
       fail<shape_error>("matmul", "inner dimensions differ: ", a0.shape(), " x ", b0.shape(),
                         " (", k, " vs ", kb, ")");
-    full_shape = broadcast_shapes(batch_shape(a), batch_shape(b), "matmul");
+    full_shape = product_batch("matmul", a, b);
     out_shape = full_shape;
     full_shape.push_back(a.shape()[a.rank() - 2]), full_shape.push_back(b.shape()[b.rank() - 1]);
     if (a0.rank() > 1) out_shape.push_back(a.shape()[a.rank() - 2]);
@@ -258,8 +276,11 @@ Tensor<matmul_t<TX, TW>, B> linear_impl(const Tensor<TX, B>& x, const Tensor<TW,
   for (int d = 0; d + 1 < x.rank(); ++d) out_shape.push_back(x.shape()[d]);
   out_shape.push_back(out_features);
   Tensor<matmul_t<TX, TW>, B> out(out_shape);
-  const Tensor<TX, B> x2 = x.reshape({-1, in});
-  gemm_into("linear", 1.0, x2, w.transpose(0, 1), 0.0, out.view({-1, out_features}), extras);
+  // Explicit row count: reshape cannot infer -1 when a dim is 0.
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < x.rank(); ++d) rows *= x.shape()[d];
+  const Tensor<TX, B> x2 = x.reshape({rows, in});
+  gemm_into("linear", 1.0, x2, w.transpose(0, 1), 0.0, out.view({rows, out_features}), extras);
   return out;
 }
 }  // namespace detail

@@ -21,13 +21,7 @@ inline constexpr int64_t gemm_parallel_grain = int64_t{1} << 17;
 
 template <class T>
 const gemm_block_sizes& cached_gemm_blocks() {
-  static const gemm_block_sizes b = [] {
-    gemm_block_sizes r = gemm_blocks<T>();
-    if (const char* e = std::getenv("TSKC")) r.kc = std::atoll(e);
-    if (const char* e = std::getenv("TSNC")) r.nc = std::atoll(e);
-    if (const char* e = std::getenv("TSMC")) r.mc = std::atoll(e);
-    return r;
-  }();
+  static const gemm_block_sizes b = gemm_blocks<T>();
   return b;
 }
 
@@ -69,8 +63,9 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
     auto* s = static_cast<int32_t*>(ws.sums.get(sizeof(int32_t) * static_cast<size_t>(2 * (mc + nc))));
     row_sum = s, row_corr = s + mc, col_sum = s + 2 * mc, col_corr = s + 2 * mc + nc;
   }
-  const bool b_in_place = !is_int8 && (gemm_b_in_place<TB, Acc>(pr.m, pr.b_cs) ||
-                                       (pr.b_cs == 1 && gemm_a_in_place(pr)));
+  const bool b_in_place =
+      !is_int8 && (gemm_b_in_place<TB, Acc>(pr.m, pr.b_cs) ||
+                   (std::is_same_v<TB, Acc> && pr.b_cs == 1 && gemm_a_in_place(pr)));
   const bool a_direct = !is_int8 && gemm_a_in_place(pr);
 
   for (int64_t ic = 0; ic < m; ic += mc) {
