@@ -36,8 +36,8 @@ inline constexpr bool gemm_supported_v =
 /// Element type of matmul(a, b): int32 for 8-bit integer inputs, otherwise promote_t<TA, TB>
 /// (half x half -> half, accumulated in float and rounded once).
 template <element_type TA, element_type TB>
-using matmul_t = std::conditional_t<detail::is_byte_int_v<TA> && detail::is_byte_int_v<TB>,
-                                    int32_t, promote_t<TA, TB>>;
+using matmul_t = std::conditional_t<detail::is_byte_int_v<TA> && detail::is_byte_int_v<TB>, int32_t,
+                                    promote_t<TA, TB>>;
 
 namespace detail {
 
@@ -89,8 +89,8 @@ Shape product_batch(std::string_view op, const Tensor<TA, B>& a, const Tensor<TB
     const int da = d - (r - ba.rank()), db = d - (r - bb.rank());
     const int64_t x = da >= 0 ? ba[da] : 1, y = db >= 0 ? bb[db] : 1;
     if (x != y && x != 1 && y != 1)
-      fail<shape_error>(op, "batch dims of ", a.shape(), " and ", b.shape(),
-                        " do not broadcast (", x, " vs ", y, ")");
+      fail<shape_error>(op, "batch dims of ", a.shape(), " and ", b.shape(), " do not broadcast (",
+                        x, " vs ", y, ")");
     s.push_back(x == 1 ? y : x);
   }
   return s;
@@ -128,16 +128,16 @@ void gemm_into(std::string_view op, double alpha, const Tensor<TA, B>& a0, const
       const int64_t m = a0.shape()[a0.rank() - 2], k = a0.shape()[a0.rank() - 1];
       const int64_t kb = b0.shape()[b0.rank() - 2], n = b0.shape()[b0.rank() - 1];
       if (k != kb)
-        fail<shape_error>(op, "inner dimensions differ: ", a0.shape(), " x ", b0.shape(), " (",
-                          k, " vs ", kb, ")");
+        fail<shape_error>(op, "inner dimensions differ: ", a0.shape(), " x ", b0.shape(), " (", k,
+                          " vs ", kb, ")");
       const Shape batch = product_batch(op, a0, b0);
       Shape want = batch_shape(c);
       if (!(broadcast_shapes(batch, want, op) == want) || c.shape()[c.rank() - 2] != m ||
           c.shape()[c.rank() - 1] != n) {
         Shape full = batch;
         full.push_back(m), full.push_back(n);
-        fail<shape_error>(op, "output has shape ", c.shape(), "; ", a0.shape(), " x ",
-                          b0.shape(), " gives ", full);
+        fail<shape_error>(op, "output has shape ", c.shape(), "; ", a0.shape(), " x ", b0.shape(),
+                          " gives ", full);
       }
       check_writable(op, c);
       Tensor<Acc, B> target;
@@ -190,8 +190,8 @@ struct matmul_plan {
     b = b0.rank() == 1 ? b0.unsqueeze(1) : b0;
     const int64_t k = a.shape()[a.rank() - 1], kb = b.shape()[b.rank() - 2];
     if (k != kb)
-      fail<shape_error>("matmul", "inner dimensions differ: ", a0.shape(), " x ", b0.shape(),
-                        " (", k, " vs ", kb, ")");
+      fail<shape_error>("matmul", "inner dimensions differ: ", a0.shape(), " x ", b0.shape(), " (",
+                        k, " vs ", kb, ")");
     full_shape = product_batch("matmul", a, b);
     out_shape = full_shape;
     full_shape.push_back(a.shape()[a.rank() - 2]), full_shape.push_back(b.shape()[b.rank() - 1]);
@@ -258,14 +258,14 @@ Tensor<matmul_t<TX, TW>, B> linear_impl(const Tensor<TX, B>& x, const Tensor<TW,
                       w.shape());
   const int64_t in = x.shape()[x.rank() - 1], out_features = w.shape()[0];
   if (w.shape()[1] != in)
-    fail<shape_error>("linear", "x has ", in, " features but w is ", w.shape(),
-                      " (expected [out, ", in, "])");
+    fail<shape_error>("linear", "x has ", in, " features but w is ", w.shape(), " (expected [out, ",
+                      in, "])");
   gemm_extras<Acc, B> extras;
   if (bias) {
     bias->check_defined("linear");
     if (bias->rank() != 1 || bias->shape()[0] != out_features)
-      fail<shape_error>("linear", "bias has shape ", bias->shape(), ", expected [",
-                        out_features, "]");
+      fail<shape_error>("linear", "bias has shape ", bias->shape(), ", expected [", out_features,
+                        "]");
     if constexpr (std::is_same_v<TBias, Acc>)
       extras.bias = *bias;
     else

@@ -30,7 +30,7 @@ const gemm_block_sizes& cached_gemm_blocks() {
 /// packed B value would be used only m times).
 template <class TB, class Acc>
 bool gemm_b_in_place(int64_t m, int64_t b_cs) {
-  return std::is_same_v<TB, Acc> && b_cs == 1 && m <= 4 * gemm_tile<Acc>::mr;
+  return std::is_same_v<TB, Acc> && b_cs == 1 && m <= 8 * gemm_tile<Acc>::mr;
 }
 
 /// Whether A is read in place instead of packed: small problems (up to 128^3 multiply-adds, all
@@ -60,7 +60,8 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
   // int8: row sums of packed A, column sums of packed B, and the corrections built from them.
   int32_t *row_sum = nullptr, *col_sum = nullptr, *row_corr = nullptr, *col_corr = nullptr;
   if constexpr (is_int8) {
-    auto* s = static_cast<int32_t*>(ws.sums.get(sizeof(int32_t) * static_cast<size_t>(2 * (mc + nc))));
+    auto* s =
+        static_cast<int32_t*>(ws.sums.get(sizeof(int32_t) * static_cast<size_t>(2 * (mc + nc))));
     row_sum = s, row_corr = s + mc, col_sum = s + 2 * mc, col_corr = s + 2 * mc + nc;
   }
   const bool b_in_place =
@@ -97,7 +98,8 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
           constexpr int32_t za = int8_a_bias<TA>, zb = int8_b_bias<TB>;
           for (int64_t i = 0; i < mb; ++i)
             row_corr[i] = static_cast<int32_t>(int64_t{zb} * row_sum[i] - kb * za * zb);
-          for (int64_t j = 0; j < nb; ++j) col_corr[j] = static_cast<int32_t>(-int64_t{za} * col_sum[j]);
+          for (int64_t j = 0; j < nb; ++j)
+            col_corr[j] = static_cast<int32_t>(-int64_t{za} * col_sum[j]);
         } else if (nb_direct < nb) {
           pack_b_fp<NR>(b_blk + nb_direct * pr.b_cs, pr.b_rs, pr.b_cs, kb, nb - nb_direct, bbuf);
         }
@@ -109,8 +111,8 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
             const int64_t ci = i_begin + ic + ir, cj = j_begin + jc + jr;
             Acc* c_tile = c + ci * pr.c_rs + cj * pr.c_cs;
             if constexpr (is_int8) {
-              gemm_micro_int8(kb, abuf + ir * kbp, bbuf + jr * kbp, c_tile, pr.c_rs, pr.c_cs, mr_eff, nr_eff,
-                              row_corr + ir, col_corr + jr, ep, ci, cj);
+              gemm_micro_int8(kb, abuf + ir * kbp, bbuf + jr * kbp, c_tile, pr.c_rs, pr.c_cs,
+                              mr_eff, nr_eff, row_corr + ir, col_corr + jr, ep, ci, cj);
             } else {
               const Acc* b_panel = bbuf + (jr - nb_direct) * kbp;
               int64_t ldb = NR;
@@ -167,16 +169,15 @@ gemm_split choose_gemm_split(int64_t m, int64_t n, int threads, bool prefer_rows
     const int64_t rows = ((m + tm - 1) / tm + MR - 1) / MR * MR;
     const int64_t cols = ((n + tn - 1) / tn + NR - 1) / NR * NR;
     const int64_t cost = rows * cols;
-    const bool better = best_cost < 0 || cost < best_cost ||
-                        (cost == best_cost && prefer_rows && tm > best.tm);
+    const bool better =
+        best_cost < 0 || cost < best_cost || (cost == best_cost && prefer_rows && tm > best.tm);
     if (better) best = {tm, tn, rows, cols}, best_cost = cost;
   }
   return best;
 }
 
 template <class TA, class TB, class Acc>
-void gemm_run_cpu(const gemm_problem<TA, TB, Acc>& pr) {
-  if (pr.m == 0 || pr.n == 0 || pr.batch == 0) return;
+void gemm_run_cpu_oriented(const gemm_problem<TA, TB, Acc>& pr) {
   const auto a_at = [&](int64_t t) { return pr.a + (pr.a_offsets ? pr.a_offsets[t] : 0); };
   const auto b_at = [&](int64_t t) { return pr.b + (pr.b_offsets ? pr.b_offsets[t] : 0); };
   const auto c_at = [&](int64_t t) { return pr.c + (pr.c_offsets ? pr.c_offsets[t] : 0); };
@@ -189,8 +190,7 @@ void gemm_run_cpu(const gemm_problem<TA, TB, Acc>& pr) {
   // Many small matrices: one thread per group of whole matrices.
   if (pr.batch > 1 && threads > 1 && work < 4 * gemm_parallel_grain) {
     parallel_for(pr.batch, work, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t)
-        gemm_block(pr, a_at(t), b_at(t), c_at(t), 0, pr.m, 0, pr.n);
+      for (int64_t t = t0; t < t1; ++t) gemm_block(pr, a_at(t), b_at(t), c_at(t), 0, pr.m, 0, pr.n);
     });
     return;
   }
@@ -206,10 +206,11 @@ void gemm_run_cpu(const gemm_problem<TA, TB, Acc>& pr) {
     const gemm_split s =
         choose_gemm_split<Acc>(pr.m, pr.n, nt, !gemm_b_in_place<TB, Acc>(pr.m, pr.b_cs));
 #if defined(_OPENMP)
-#pragma omp parallel num_threads(s.tm * s.tn)
+#pragma omp parallel num_threads(s.tm* s.tn)
     {
       const int id = omp_get_thread_num();
-      const int64_t i0 = std::min(pr.m, (id / s.tn) * s.rows), j0 = std::min(pr.n, (id % s.tn) * s.cols);
+      const int64_t i0 = std::min(pr.m, (id / s.tn) * s.rows),
+                    j0 = std::min(pr.n, (id % s.tn) * s.cols);
       const int64_t i1 = std::min(pr.m, i0 + s.rows), j1 = std::min(pr.n, j0 + s.cols);
       if (i0 < i1 && j0 < j1) gemm_block(pr, a, b, c, i0, i1, j0, j1);
     }
@@ -217,6 +218,34 @@ void gemm_run_cpu(const gemm_problem<TA, TB, Acc>& pr) {
     gemm_block(pr, a, b, c, 0, pr.m, 0, pr.n);
 #endif
   }
+}
+
+/// Micro-tile slots an m x n output occupies (ragged edges are computed in full, zero-padded).
+template <class Acc>
+int64_t gemm_padded_area(int64_t m, int64_t n) {
+  constexpr int MR = gemm_tile<Acc>::mr, NR = gemm_tile<Acc>::nr;
+  return (m + MR - 1) / MR * MR * ((n + NR - 1) / NR * NR);
+}
+
+template <class TA, class TB, class Acc>
+void gemm_run_cpu(const gemm_problem<TA, TB, Acc>& pr) {
+  if (pr.m == 0 || pr.n == 0 || pr.batch == 0) return;
+  // A narrow output (n well below nr, as in a 10-class output layer) wastes most of each
+  // micro-tile; its transpose C^T = B^T A^T puts the short side along mr instead. Transposing is
+  // free (strides swap); only for equal input types, so that no second kernel is instantiated.
+  if constexpr (std::is_same_v<TA, TB>) {
+    if (gemm_padded_area<Acc>(pr.n, pr.m) * 3 < gemm_padded_area<Acc>(pr.m, pr.n) * 2) {
+      gemm_problem<TA, TB, Acc> t = pr;
+      t.m = pr.n, t.n = pr.m;
+      t.a = pr.b, t.a_rs = pr.b_cs, t.a_cs = pr.b_rs, t.a_offsets = pr.b_offsets;
+      t.b = pr.a, t.b_rs = pr.a_cs, t.b_cs = pr.a_rs, t.b_offsets = pr.a_offsets;
+      t.c_rs = pr.c_cs, t.c_cs = pr.c_rs;
+      if (pr.bias_kind != gemm_bias::none)
+        t.bias_kind = pr.bias_kind == gemm_bias::per_row ? gemm_bias::per_col : gemm_bias::per_row;
+      return gemm_run_cpu_oriented(t);
+    }
+  }
+  gemm_run_cpu_oriented(pr);
 }
 
 }  // namespace detail

@@ -36,37 +36,88 @@ template <class T>
 struct gemm_tile;
 
 #if defined(TESSERA_SIMD_SCALAR) || defined(__CUDA_ARCH__)
-template <> struct gemm_tile<float> { static constexpr int mr = 4, nr = 4, kgroup = 1; };
-template <> struct gemm_tile<double> { static constexpr int mr = 4, nr = 4, kgroup = 1; };
-template <> struct gemm_tile<int32_t> { static constexpr int mr = 4, nr = 4, kgroup = 4; };
+template <>
+struct gemm_tile<float> {
+  static constexpr int mr = 4, nr = 4, kgroup = 1;
+};
+template <>
+struct gemm_tile<double> {
+  static constexpr int mr = 4, nr = 4, kgroup = 1;
+};
+template <>
+struct gemm_tile<int32_t> {
+  static constexpr int mr = 4, nr = 4, kgroup = 4;
+};
 #elif defined(__AVX512F__)
 // 32 zmm registers: 12 x 2 accumulators + 2 B vectors + 1 broadcast. 12 broadcasts + 2 loads per
 // 24 FMAs keeps the two load ports below their limit at two FMAs per cycle.
-template <> struct gemm_tile<float> { static constexpr int mr = 8, nr = 32, kgroup = 1; };
-template <> struct gemm_tile<double> { static constexpr int mr = 12, nr = 16, kgroup = 1; };
+template <>
+struct gemm_tile<float> {
+  static constexpr int mr = 8, nr = 32, kgroup = 1;
+};
+template <>
+struct gemm_tile<double> {
+  static constexpr int mr = 12, nr = 16, kgroup = 1;
+};
 #if defined(__AVX512VNNI__)
-template <> struct gemm_tile<int32_t> { static constexpr int mr = 12, nr = 32, kgroup = 4; };
+template <>
+struct gemm_tile<int32_t> {
+  static constexpr int mr = 12, nr = 32, kgroup = 4;
+};
 #else  // the vpmaddwd emulation needs 6 more registers
-template <> struct gemm_tile<int32_t> { static constexpr int mr = 8, nr = 32, kgroup = 4; };
+template <>
+struct gemm_tile<int32_t> {
+  static constexpr int mr = 8, nr = 32, kgroup = 4;
+};
 #endif
 #elif defined(__AVX2__) && defined(__FMA__)
 // 16 ymm registers: 6 x 2 accumulators + 2 B vectors + 1 broadcast.
-template <> struct gemm_tile<float> { static constexpr int mr = 6, nr = 16, kgroup = 1; };
-template <> struct gemm_tile<double> { static constexpr int mr = 6, nr = 8, kgroup = 1; };
+template <>
+struct gemm_tile<float> {
+  static constexpr int mr = 6, nr = 16, kgroup = 1;
+};
+template <>
+struct gemm_tile<double> {
+  static constexpr int mr = 6, nr = 8, kgroup = 1;
+};
 #if defined(__AVXVNNI__)
-template <> struct gemm_tile<int32_t> { static constexpr int mr = 6, nr = 16, kgroup = 4; };
+template <>
+struct gemm_tile<int32_t> {
+  static constexpr int mr = 6, nr = 16, kgroup = 4;
+};
 #else
-template <> struct gemm_tile<int32_t> { static constexpr int mr = 4, nr = 16, kgroup = 4; };
+template <>
+struct gemm_tile<int32_t> {
+  static constexpr int mr = 4, nr = 16, kgroup = 4;
+};
 #endif
 #elif defined(__ARM_NEON) && defined(__aarch64__)
 // 32 q registers: 8 x 3 accumulators + 3 B vectors + 1 broadcast.
-template <> struct gemm_tile<float> { static constexpr int mr = 8, nr = 12, kgroup = 1; };
-template <> struct gemm_tile<double> { static constexpr int mr = 8, nr = 6, kgroup = 1; };
-template <> struct gemm_tile<int32_t> { static constexpr int mr = 4, nr = 4, kgroup = 4; };
+template <>
+struct gemm_tile<float> {
+  static constexpr int mr = 8, nr = 12, kgroup = 1;
+};
+template <>
+struct gemm_tile<double> {
+  static constexpr int mr = 8, nr = 6, kgroup = 1;
+};
+template <>
+struct gemm_tile<int32_t> {
+  static constexpr int mr = 4, nr = 4, kgroup = 4;
+};
 #else
-template <> struct gemm_tile<float> { static constexpr int mr = 4, nr = 4, kgroup = 1; };
-template <> struct gemm_tile<double> { static constexpr int mr = 4, nr = 4, kgroup = 1; };
-template <> struct gemm_tile<int32_t> { static constexpr int mr = 4, nr = 4, kgroup = 4; };
+template <>
+struct gemm_tile<float> {
+  static constexpr int mr = 4, nr = 4, kgroup = 1;
+};
+template <>
+struct gemm_tile<double> {
+  static constexpr int mr = 4, nr = 4, kgroup = 1;
+};
+template <>
+struct gemm_tile<int32_t> {
+  static constexpr int mr = 4, nr = 4, kgroup = 4;
+};
 #endif
 
 /// Data cache sizes per core (L3: the whole shared cache), from the OS when it says, else typical.
@@ -120,7 +171,7 @@ class gemm_buffer {
  public:
   void* get(size_t bytes) {
     if (bytes > size_) {
-      ptr_.reset(static_cast<std::byte*>(::operator new(bytes, std::align_val_t{64})));
+      ptr_.reset(static_cast<std::byte*>(::operator new (bytes, std::align_val_t{64})));
       size_ = bytes;
     }
     return ptr_.get();
@@ -128,7 +179,7 @@ class gemm_buffer {
 
  private:
   struct release {
-    void operator()(std::byte* p) const { ::operator delete(p, std::align_val_t{64}); }
+    void operator()(std::byte* p) const { ::operator delete (p, std::align_val_t{64}); }
   };
   std::unique_ptr<std::byte, release> ptr_;
   size_t size_ = 0;

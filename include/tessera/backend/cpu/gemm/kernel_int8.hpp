@@ -75,7 +75,9 @@ struct int8_isa {
 #endif
   }
   static void store(int32_t* p, reg v) { _mm256_storeu_si256(reinterpret_cast<reg*>(p), v); }
-  static reg load32(const int32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const reg*>(p)); }
+  static reg load32(const int32_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const reg*>(p));
+  }
   static reg set1(int32_t v) { return _mm256_set1_epi32(v); }
   static reg add(reg x, reg y) { return _mm256_add_epi32(x, y); }
   static reg mul(reg x, reg y) { return _mm256_mullo_epi32(x, y); }
@@ -132,7 +134,8 @@ inline void gemm_micro_int8(int64_t kc, const uint8_t* __restrict a, const int8_
         int32_t* out = c + i * c_rs + j * isa::lanes;
         reg v = isa::add(acc[i][j], isa::add(rowc, colc[j]));
         if (ep.alpha != 1) v = isa::mul(v, alpha);
-        if (ep.read_c) v = isa::add(v, ep.beta == 1 ? isa::load32(out) : isa::mul(beta, isa::load32(out)));
+        if (ep.read_c)
+          v = isa::add(v, ep.beta == 1 ? isa::load32(out) : isa::mul(beta, isa::load32(out)));
         if (ep.bias_kind == gemm_bias::per_row)
           v = isa::add(v, isa::set1(ep.bias[(i0 + i) * ep.bias_stride]));
         else if (ep.bias_kind == gemm_bias::per_col)
@@ -154,8 +157,8 @@ inline void gemm_micro_int8(int64_t kc, const uint8_t* __restrict a, const int8_
       for (int j = 0; j < NR; ++j) {
         int32_t s = 0;
         for (int q = 0; q < 4; ++q) s += int32_t{a[i * 4 + q]} * int32_t{b[j * 4 + q]};
-        buf[i * NR + j] = static_cast<int32_t>(static_cast<uint32_t>(buf[i * NR + j]) +
-                                                 static_cast<uint32_t>(s));
+        buf[i * NR + j] =
+            static_cast<int32_t>(static_cast<uint32_t>(buf[i * NR + j]) + static_cast<uint32_t>(s));
       }
     a += MR * 4;
     b += NR * 4;

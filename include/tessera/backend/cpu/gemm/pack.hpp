@@ -85,27 +85,32 @@ TESSERA_ALWAYS_INLINE auto load_as_float(const S* p) {
 }
 
 template <class P, class S>
-inline constexpr bool vector_convertible_v =
-    std::is_same_v<P, float> && (std::is_same_v<S, half> || std::is_same_v<S, bfloat16>);
+inline constexpr bool vector_convertible_v = std::is_same_v<P, float> &&
+                                             (std::is_same_v<S, half> ||
+                                              std::is_same_v<S, bfloat16>);
 
 #if (defined(__AVX2__) || defined(__AVX512F__)) && !defined(TESSERA_SIMD_SCALAR)
-/// Transposes an 8 x 8 float block: src rows at src + r * ld, written as 8 columns of 8 to dst.
-TESSERA_ALWAYS_INLINE void transpose_8x8(const float* src, int64_t ld, float* dst) {
+/// Transposes an 8 x 8 float block: row r of src at src + r * ld becomes column r of dst, whose
+/// rows are ld_dst apart.
+TESSERA_ALWAYS_INLINE void transpose_8x8(const float* src, int64_t ld, float* dst, int64_t ld_dst) {
   __m256 r[8], t[8], q[8];
+#pragma GCC unroll 8
   for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ld);
+#pragma GCC unroll 4
   for (int i = 0; i < 8; i += 2) {
     t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);      // k0 k1 | k4 k5 of rows i, i+1
     t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);  // k2 k3 | k6 k7
   }
-  for (int h = 0; h < 8; h += 4) {  // rows h..h+3
-    q[h] = _mm256_shuffle_ps(t[h], t[h + 2], 0x44);      // k0 | k4
-    q[h + 1] = _mm256_shuffle_ps(t[h], t[h + 2], 0xee);  // k1 | k5
+  for (int h = 0; h < 8; h += 4) {                           // rows h..h+3
+    q[h] = _mm256_shuffle_ps(t[h], t[h + 2], 0x44);          // k0 | k4
+    q[h + 1] = _mm256_shuffle_ps(t[h], t[h + 2], 0xee);      // k1 | k5
     q[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0x44);  // k2 | k6
     q[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0xee);  // k3 | k7
   }
+#pragma GCC unroll 4
   for (int j = 0; j < 4; ++j) {
-    _mm256_storeu_ps(dst + j * 8, _mm256_permute2f128_ps(q[j], q[j + 4], 0x20));
-    _mm256_storeu_ps(dst + (j + 4) * 8, _mm256_permute2f128_ps(q[j], q[j + 4], 0x31));
+    _mm256_storeu_ps(dst + j * ld_dst, _mm256_permute2f128_ps(q[j], q[j + 4], 0x20));
+    _mm256_storeu_ps(dst + (j + 4) * ld_dst, _mm256_permute2f128_ps(q[j], q[j + 4], 0x31));
   }
 }
 #define TESSERA_DETAIL_HAVE_TRANSPOSE_8X8 1
@@ -123,7 +128,7 @@ void pack_a_fp(const S* a, int64_t rs, int64_t cs, int64_t mb, int64_t kb, P* ds
     if constexpr (MR == 8 && std::is_same_v<S, float> && std::is_same_v<P, float>) {
       if (cs == 1 && rows == MR) {  // row-major A: 8 x 8 register transposes
         int64_t p = 0;
-        for (; p + 8 <= kb; p += 8) transpose_8x8(src + p, rs, dst + p * MR);
+        for (; p + 8 <= kb; p += 8) transpose_8x8(src + p, rs, dst + p * MR, MR);
         for (; p < kb; ++p)
           for (int i = 0; i < MR; ++i) dst[p * MR + i] = src[i * rs + p];
         continue;
@@ -151,7 +156,7 @@ void pack_b_fp(const S* b, int64_t rs, int64_t cs, int64_t kb, int64_t nb, P* ds
   for (int64_t c0 = 0; c0 < nb; c0 += NR, dst += NR * kb) {
     const int cols = static_cast<int>(std::min<int64_t>(NR, nb - c0));
     const S* src = b + c0 * cs;
-    if constexpr ((std::is_same_v<S, P> || vector_convertible_v<P, S>) && simd::available<P>) {
+    if constexpr ((std::is_same_v<S, P> || vector_convertible_v<P, S>)&&simd::available<P>) {
       using V = simd::vec<P>;
       if (cs == 1 && cols == NR) {  // the common case: rows of B are contiguous, copy vectors
         for (int64_t p = 0; p < kb; ++p)
@@ -173,8 +178,23 @@ void pack_b_fp(const S* b, int64_t rs, int64_t cs, int64_t kb, int64_t nb, P* ds
         for (int j = cols; j < NR; ++j) out[j] = P(0);
       }
     } else {
-      for (int j = 0; j < cols; ++j)
-        for (int64_t p = 0; p < kb; ++p) dst[p * NR + j] = pack_convert<P>(src[j * cs + p * rs], f8);
+      int j0 = 0;
+#if defined(TESSERA_DETAIL_HAVE_TRANSPOSE_8X8)
+      if constexpr (std::is_same_v<S, float> && std::is_same_v<P, float> && NR % 8 == 0) {
+        if (rs == 1) {  // columns of B contiguous (a transposed view): 8 x 8 register transposes
+          const int64_t kb8 = kb / 8 * 8;
+          for (; j0 + 8 <= cols; j0 += 8) {
+            for (int64_t p = 0; p < kb8; p += 8)
+              transpose_8x8(src + j0 * cs + p, cs, dst + p * NR + j0, NR);
+            for (int64_t p = kb8; p < kb; ++p)
+              for (int j = j0; j < j0 + 8; ++j) dst[p * NR + j] = src[j * cs + p];
+          }
+        }
+      }
+#endif
+      for (int j = j0; j < cols; ++j)
+        for (int64_t p = 0; p < kb; ++p)
+          dst[p * NR + j] = pack_convert<P>(src[j * cs + p * rs], f8);
       if (cols < NR)
         for (int64_t p = 0; p < kb; ++p)
           for (int j = cols; j < NR; ++j) dst[p * NR + j] = P(0);
