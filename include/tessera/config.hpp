@@ -17,8 +17,12 @@
 
 #if defined(_MSC_VER)
 #define TESSERA_ALWAYS_INLINE __forceinline
+#define TESSERA_NOINLINE __declspec(noinline)
 #else
 #define TESSERA_ALWAYS_INLINE inline __attribute__((always_inline))
+// For hot kernels that must keep every register to themselves: inlined into a large caller they
+// get that caller's register pressure and spill.
+#define TESSERA_NOINLINE __attribute__((noinline))
 #endif
 
 // The default backend is a build option. Everything that depends on build options lives in an

@@ -40,6 +40,17 @@ bool gemm_a_in_place(const gemm_problem<TA, TB, Acc>& pr) {
   return std::is_same_v<TA, Acc> && pr.m * pr.n * pr.k <= (int64_t{1} << 21);
 }
 
+/// Calls f.template operator()<E>() with E = edge_mr, one of the edge kernels' row counts.
+template <class Acc, class F>
+TESSERA_ALWAYS_INLINE void with_edge_mr(int edge_mr, F&& f) {
+  constexpr int MR = gemm_tile<Acc>::mr;
+  if constexpr (MR % 3 == 0) {
+    if (edge_mr == MR / 3) return f.template operator()<MR / 3>();
+    if (edge_mr == 2 * MR / 3) return f.template operator()<2 * MR / 3>();
+  }
+  f.template operator()<MR>();
+}
+
 /// Rows [i_begin, i_end) x columns [j_begin, j_end) of C for one matrix, on this thread.
 template <class TA, class TB, class Acc>
 void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, Acc* c,
@@ -74,12 +85,20 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
     for (int64_t pc = 0; pc < k; pc += kc) {
       const int64_t kb = std::min(kc, k - pc), kbp = (kb + KG - 1) / KG * KG;
       const TA* a_blk = a + (i_begin + ic) * pr.a_rs + pc * pr.a_cs;
-      // Full micro-panels of A read in place; a ragged last one is packed (zero-padded).
-      const int64_t mb_direct = a_direct ? mb / MR * MR : 0;
-      if constexpr (is_int8)
+      // Full micro-panels of A (read in place for small problems, else packed), then a ragged
+      // edge packed for the edge kernel's row count (gemm_edge_mr), after the full panels.
+      const int64_t mb_full = is_int8 ? mb : mb / MR * MR;
+      const int edge_mr = gemm_edge_mr<Acc>(mb - mb_full);
+      PA* edge_panel = abuf + (a_direct ? 0 : mb_full * kbp);
+      if constexpr (is_int8) {
         pack_a_int8<MR>(a_blk, pr.a_rs, pr.a_cs, mb, kb, abuf, row_sum);
-      else if (mb_direct < mb)
-        pack_a_fp<MR>(a_blk + mb_direct * pr.a_rs, pr.a_rs, pr.a_cs, mb - mb_direct, kb, abuf);
+      } else {
+        if (!a_direct) pack_a_fp<MR>(a_blk, pr.a_rs, pr.a_cs, mb_full, kb, abuf);
+        if (mb_full < mb)
+          with_edge_mr<Acc>(edge_mr, [&]<int E>() {
+            pack_a_fp<E>(a_blk + mb_full * pr.a_rs, pr.a_rs, pr.a_cs, mb - mb_full, kb, edge_panel);
+          });
+      }
       gemm_epilogue<Acc> ep;
       ep.alpha = pr.alpha;
       ep.beta = pc == 0 ? pr.beta : Acc(1);
@@ -105,7 +124,6 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
         }
         for (int64_t ir = 0; ir < mb; ir += MR) {
           const int mr_eff = static_cast<int>(std::min<int64_t>(MR, mb - ir));
-          const PA* a_panel = abuf + (ir - mb_direct) * kbp;
           for (int64_t jr = 0; jr < nb; jr += NR) {
             const int nr_eff = static_cast<int>(std::min<int64_t>(NR, nb - jr));
             const int64_t ci = i_begin + ic + ir, cj = j_begin + jc + jr;
@@ -118,16 +136,20 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
               int64_t ldb = NR;
               if constexpr (std::is_same_v<TB, Acc>)
                 if (jr < nb_direct) b_panel = b_blk + jr, ldb = pr.b_rs;
-              if constexpr (std::is_same_v<TA, Acc>) {
-                if (ir < mb_direct) {
-                  gemm_micro_fp<Acc>(kb, a_blk + ir * pr.a_rs, b_panel, ldb, c_tile, pr.c_rs,
-                                     pr.c_cs, mr_eff, nr_eff, ep, ci, cj,
-                                     a_in_place{pr.a_rs, pr.a_cs});
-                  continue;
-                }
+              if (ir >= mb_full) {
+                with_edge_mr<Acc>(edge_mr, [&]<int E>() {
+                  gemm_micro_fp<Acc, E>(kb, edge_panel, b_panel, ldb, c_tile, pr.c_rs, pr.c_cs,
+                                        mr_eff, nr_eff, ep, ci, cj);
+                });
+              } else if (a_direct) {
+                if constexpr (std::is_same_v<TA, Acc>)
+                  gemm_micro_fp<Acc, MR>(kb, a_blk + ir * pr.a_rs, b_panel, ldb, c_tile, pr.c_rs,
+                                         pr.c_cs, mr_eff, nr_eff, ep, ci, cj,
+                                         a_in_place{pr.a_rs, pr.a_cs});
+              } else {
+                gemm_micro_fp<Acc, MR>(kb, abuf + ir * kbp, b_panel, ldb, c_tile, pr.c_rs, pr.c_cs,
+                                       mr_eff, nr_eff, ep, ci, cj);
               }
-              gemm_micro_fp<Acc>(kb, a_panel, b_panel, ldb, c_tile, pr.c_rs, pr.c_cs, mr_eff,
-                                 nr_eff, ep, ci, cj);
             }
           }
         }

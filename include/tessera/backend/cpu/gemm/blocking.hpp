@@ -120,6 +120,19 @@ struct gemm_tile<int32_t> {
 };
 #endif
 
+/// Rows of the edge micro-kernel for a ragged last block of r < mr rows: a third or two thirds
+/// of mr when mr divides by 3 (12 -> 4, 8; 6 -> 2, 4), so that a 64-row matrix on 12-row tiles
+/// wastes nothing; mr otherwise (the edge is zero-padded).
+template <class T>
+constexpr int gemm_edge_mr(int64_t r) {
+  constexpr int mr = gemm_tile<T>::mr;
+  if constexpr (mr % 3 == 0) {
+    if (r <= mr / 3) return mr / 3;
+    if (r <= 2 * mr / 3) return 2 * mr / 3;
+  }
+  return mr;
+}
+
 /// Data cache sizes per core (L3: the whole shared cache), from the OS when it says, else typical.
 struct cache_sizes {
   int64_t l1 = 32 << 10, l2 = 1 << 20, l3 = 8 << 20;

@@ -22,13 +22,14 @@ struct a_in_place {
 };
 struct a_packed {};
 
-/// C tile (mr_eff x nr_eff at c) from the A micro-panel a (see a_packed / a_in_place) and the B
-/// micro-panel b ([kc] rows of NR values, row stride ldb: NR when packed, the matrix's row
-/// stride when B is read in place).
-template <class T, class ALayout = a_packed>
-void gemm_micro_fp(int64_t kc, const T* __restrict a, const T* __restrict b, int64_t ldb, T* c,
-                   int64_t c_rs, int64_t c_cs, int mr_eff, int nr_eff, const gemm_epilogue<T>& ep,
-                   int64_t i0, int64_t j0, ALayout al = {}) {
+/// C tile (mr_eff <= MR rows x nr_eff columns at c) from the A micro-panel a (see a_packed /
+/// a_in_place) and the B micro-panel b ([kc] rows of NR values, row stride ldb: NR when packed, the
+/// matrix's row stride when B is read in place).
+template <class T, int MR, class ALayout = a_packed>
+TESSERA_NOINLINE void gemm_micro_fp(int64_t kc, const T* __restrict a, const T* __restrict b,
+                                    int64_t ldb, T* c, int64_t c_rs, int64_t c_cs, int mr_eff,
+                                    int nr_eff, const gemm_epilogue<T>& ep, int64_t i0, int64_t j0,
+                                    ALayout al = {}) {
   constexpr bool packed = std::is_same_v<ALayout, a_packed>;
   const auto a_at = [&](int i) -> T {
     if constexpr (packed)
@@ -38,10 +39,10 @@ void gemm_micro_fp(int64_t kc, const T* __restrict a, const T* __restrict b, int
   };
   int64_t a_step = 0;
   if constexpr (packed)
-    a_step = gemm_tile<T>::mr;
+    a_step = MR;
   else
     a_step = al.cs;
-  constexpr int MR = gemm_tile<T>::mr, NR = gemm_tile<T>::nr;
+  constexpr int NR = gemm_tile<T>::nr;
   if constexpr (simd::available<T>) {
     using V = simd::vec<T>;
     constexpr int W = V::width, NV = NR / W;

@@ -89,10 +89,12 @@ struct int8_isa {
 /// C tile from packed A ([kc/4][MR][4] unsigned bytes) and packed B ([kc/4][NR][4] signed
 /// bytes). row_corr[i] + col_corr[j] is added to each raw sum before the epilogue: it removes the
 /// zero-point biases of the packing (pack.hpp).
-inline void gemm_micro_int8(int64_t kc, const uint8_t* __restrict a, const int8_t* __restrict b,
-                            int32_t* c, int64_t c_rs, int64_t c_cs, int mr_eff, int nr_eff,
-                            const int32_t* row_corr, const int32_t* col_corr,
-                            const gemm_epilogue<int32_t>& ep, int64_t i0, int64_t j0) {
+TESSERA_NOINLINE inline void gemm_micro_int8(int64_t kc, const uint8_t* __restrict a,
+                                             const int8_t* __restrict b, int32_t* c, int64_t c_rs,
+                                             int64_t c_cs, int mr_eff, int nr_eff,
+                                             const int32_t* row_corr, const int32_t* col_corr,
+                                             const gemm_epilogue<int32_t>& ep, int64_t i0,
+                                             int64_t j0) {
   constexpr int MR = gemm_tile<int32_t>::mr, NR = gemm_tile<int32_t>::nr;
   const int64_t groups = (kc + 3) / 4;
   alignas(64) int32_t buf[MR * NR];
