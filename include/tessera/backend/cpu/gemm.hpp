@@ -15,9 +15,13 @@
 TESSERA_BEGIN_NAMESPACE
 namespace detail {
 
-/// Multiply-adds below which a GEMM stays on one thread, per extra thread: a fork costs about
-/// what 2^17 multiply-adds take at this kernel's rate.
-inline constexpr int64_t gemm_parallel_grain = int64_t{1} << 17;
+/// Multiply-adds per thread below which a GEMM does not fork: a fork and join costs about 1 us
+/// (measured on the 2-vCPU development machine), what 2^16 multiply-adds take at this kernel's
+/// rate, and the split then still gains.
+inline constexpr int64_t gemm_parallel_grain = int64_t{1} << 16;
+
+template <class Acc>
+inline constexpr int KG_of = gemm_tile<Acc>::kgroup;
 
 template <class T>
 const gemm_block_sizes& cached_gemm_blocks() {
@@ -171,17 +175,18 @@ void gemm_scale_only(const gemm_problem<TA, TB, Acc>& pr, Acc* c) {
       gemm_store_tile(zero, 1, 1, 1, c + i * pr.c_rs + j * pr.c_cs, pr.c_rs, pr.c_cs, ep, i, j);
 }
 
-/// How T threads split one m x n output: a tm x tn grid of blocks aligned to the micro-tile,
-/// chosen to make the largest block smallest. Each thread packs the A rows and B columns of its
-/// block, so a row split duplicates B's packing and a column split A's; on ties rows are split
-/// (B packing is a plain copy for row-major B, A packing a transpose) unless A is short enough
-/// that B is read in place, never packed.
+/// How T threads split one m x n output: a tm x tn grid of blocks aligned to the micro-tile.
+/// Each thread packs the A rows and B columns of its own block, so splitting columns repeats A's
+/// packing in every column of threads and splitting rows repeats B's. Per thread, in multiply-add
+/// units over k: rows * cols of compute plus about 8 per packed element (a packed element costs
+/// a quarter to half a cycle, a multiply-add 1/32 of one) times the operand's packing cost:
+/// 0 read in place, 1 plain copy, 2 transposition. The grid with the smallest cost wins.
 struct gemm_split {
   int tm = 1, tn = 1;
   int64_t rows = 0, cols = 0;  // block size
 };
 template <class Acc>
-gemm_split choose_gemm_split(int64_t m, int64_t n, int threads, bool prefer_rows) {
+gemm_split choose_gemm_split(int64_t m, int64_t n, int threads, int a_pack_cost, int b_pack_cost) {
   constexpr int MR = gemm_tile<Acc>::mr, NR = gemm_tile<Acc>::nr;
   gemm_split best;
   int64_t best_cost = -1;
@@ -190,10 +195,8 @@ gemm_split choose_gemm_split(int64_t m, int64_t n, int threads, bool prefer_rows
     const int tn = threads / tm;
     const int64_t rows = ((m + tm - 1) / tm + MR - 1) / MR * MR;
     const int64_t cols = ((n + tn - 1) / tn + NR - 1) / NR * NR;
-    const int64_t cost = rows * cols;
-    const bool better =
-        best_cost < 0 || cost < best_cost || (cost == best_cost && prefer_rows && tm > best.tm);
-    if (better) best = {tm, tn, rows, cols}, best_cost = cost;
+    const int64_t cost = rows * cols + 8 * (rows * a_pack_cost + cols * b_pack_cost);
+    if (best_cost < 0 || cost < best_cost) best = {tm, tn, rows, cols}, best_cost = cost;
   }
   return best;
 }
@@ -217,6 +220,12 @@ void gemm_run_cpu_oriented(const gemm_problem<TA, TB, Acc>& pr) {
     return;
   }
   const int nt = static_cast<int>(std::clamp<int64_t>(work / gemm_parallel_grain, 1, threads));
+  // Packing cost per element for the split (choose_gemm_split), as gemm_block will pack.
+  const bool a_direct = KG_of<Acc> == 1 && gemm_a_in_place(pr);
+  const int a_pack_cost = a_direct ? 0 : pr.a_rs == 1 ? 1 : 2;
+  const bool b_direct = KG_of<Acc> == 1 && std::is_same_v<TB, Acc> && pr.b_cs == 1 &&
+                        (gemm_b_in_place<TB, Acc>(pr.m, pr.b_cs) || a_direct);
+  const int b_pack_cost = b_direct ? 0 : pr.b_cs == 1 ? 1 : 2;
   for (int64_t t = 0; t < pr.batch; ++t) {
     const TA* a = a_at(t);
     const TB* b = b_at(t);
@@ -225,8 +234,7 @@ void gemm_run_cpu_oriented(const gemm_problem<TA, TB, Acc>& pr) {
       gemm_block(pr, a, b, c, 0, pr.m, 0, pr.n);
       continue;
     }
-    const gemm_split s =
-        choose_gemm_split<Acc>(pr.m, pr.n, nt, !gemm_b_in_place<TB, Acc>(pr.m, pr.b_cs));
+    const gemm_split s = choose_gemm_split<Acc>(pr.m, pr.n, nt, a_pack_cost, b_pack_cost);
 #if defined(_OPENMP)
 #pragma omp parallel num_threads(s.tm* s.tn)
     {
