@@ -1,7 +1,8 @@
 // A backend defined in user code, without editing tessera: `counted` keeps tensors in host
 // memory and reuses the CPU kernels, but counts every kernel launch. A real one would send some
-// ops elsewhere (a BLAS library, an accelerator) the same way: specialise the three primary
-// templates of tessera/backend/tags.hpp for a new empty tag type.
+// ops elsewhere (a BLAS library, an accelerator) the same way: specialise the primary
+// templates of tessera/backend/tags.hpp (memory, map_kernel, reduce_kernel, gemm_kernel) for a
+// new empty tag type.
 #include <cmath>
 #include <cstdio>
 #include <tessera/tessera.hpp>
@@ -11,7 +12,7 @@ namespace ts = tessera;
 struct counted {};  // the backend tag: an empty type
 
 namespace launches {
-inline int map = 0, reduce = 0;
+inline int map = 0, reduce = 0, gemm = 0;
 }
 
 // Memory: the CPU's (host_accessible, so element access and printing work).
@@ -39,6 +40,16 @@ struct tessera::backend::reduce_kernel<counted> {
   }
 };
 
+// Matrix products: count, then run the CPU GEMM (a real backend could call a vendor BLAS here).
+template <>
+struct tessera::backend::gemm_kernel<counted> {
+  template <class TA, class TB, class Acc>
+  static void run(const ts::detail::gemm_problem<TA, TB, Acc>& problem) {
+    ++launches::gemm;
+    gemm_kernel<ts::cpu>::run(problem);
+  }
+};
+
 static_assert(ts::backend_tag<counted>);
 
 int main() {
@@ -49,12 +60,18 @@ int main() {
   auto m = ts::mean(y, {1}, /*keepdim=*/true);
   auto z = ts::map([](float a, float b) { return a - b; }, y, m);
   const float total = ts::sum(z).item();
+  auto h = ts::linear(x, ts::ones<float, counted>({3, 8}));  // [4, 3], every row sums x's row
   auto on_cpu = z.to<ts::cpu>();
 
-  std::printf("map launches: %d, reduce launches: %d\n", launches::map, launches::reduce);
+  std::printf("map launches: %d, reduce launches: %d, gemm launches: %d\n", launches::map,
+              launches::reduce, launches::gemm);
   std::printf("sum of centred rows: %g (should be ~0)\n", total);
   std::printf("same values on the CPU backend: %s\n",
               ts::sum(on_cpu).item() == total ? "yes" : "no");
-  const bool ok = launches::map >= 4 && launches::reduce == 2 && std::abs(total) < 1e-4f;
+  const float row0 = ts::sum(x.select(0, 0)).item();
+  const bool linear_ok = std::abs(h.to<ts::cpu>()(0, 2) - row0) < 1e-4f;
+  std::printf("linear on the new backend: %s\n", linear_ok ? "right" : "WRONG");
+  const bool ok = launches::map >= 4 && launches::reduce == 3 && launches::gemm == 1 &&
+                  std::abs(total) < 1e-4f && linear_ok;
   return ok ? 0 : 1;
 }
