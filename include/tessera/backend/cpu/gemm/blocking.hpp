@@ -161,7 +161,8 @@ struct gemm_block_sizes {
 
 /// kc: the A micro-panel (mr x kc, reused across the jr loop) and the B micro-panel (kc x nr,
 ///     streamed) fit L1 together; a multiple of 16.
-/// nc: the packed B block (kc x nc) takes at most half of L2; a multiple of nr.
+/// nc: the packed B block (kc x nc) takes at most a quarter of L2, leaving the rest to the A
+///     micro-panels and C lines that stream through it; a multiple of nr.
 /// mc: the packed A block (mc x kc) takes at most a quarter of L3 (shared by the threads) and
 ///     at most 4096 rows; a multiple of mr.
 template <class T>
@@ -172,7 +173,7 @@ gemm_block_sizes gemm_blocks() {
   const cache_sizes& cs = host_caches();
   int64_t kc = std::clamp<int64_t>(cs.l1 / ((tile::mr + tile::nr) * elem), 64, 2048);
   kc = kc / 16 * 16;
-  int64_t nc = std::clamp<int64_t>(cs.l2 / 2 / (kc * elem), tile::nr, 8192);
+  int64_t nc = std::clamp<int64_t>(cs.l2 / 4 / (kc * elem), tile::nr, 8192);
   nc = std::max<int64_t>(nc / tile::nr, 1) * tile::nr;
   int64_t mc = std::clamp<int64_t>(cs.l3 / 4 / (kc * elem), tile::mr, 4096);
   mc = std::max<int64_t>(mc / tile::mr, 1) * tile::mr;
