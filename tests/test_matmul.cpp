@@ -1196,6 +1196,27 @@ TEST(GemmThreads, SameResultForOneAndTwoThreads) {
   ts::set_num_threads(0);
 }
 
+TEST(GemmThreads, CalledInsideAnOpenMPRegion) {
+  // A product called from the user's own parallel region gets a team of one thread there
+  // (nested parallelism is off): that thread must still compute every block of the split.
+  ts::Generator g(1102);
+  const auto a = tt::random_tensor<float>({300, 300}, g);
+  const auto b = tt::random_tensor<float>({300, 300}, g);
+  const auto r = reference_matmul(a, b);
+  ts::set_num_threads(2);
+  std::vector<float> got[2];
+#if defined(_OPENMP)
+#pragma omp parallel for num_threads(2)
+#endif
+  for (int t = 0; t < 2; ++t) got[t] = ts::matmul(a, b).to_vector();
+  ts::set_num_threads(0);
+  for (int t = 0; t < 2; ++t) {
+    std::vector<double> d(got[t].begin(), got[t].end());
+    check_values<float>(d, r, std::numeric_limits<float>::epsilon(),
+                        "inside a parallel region, iteration " + std::to_string(t));
+  }
+}
+
 // ---- errors ---------------------------------------------------------------------------------
 
 template <class E, class F>

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
+#include <limits>
 #include <type_traits>
 
 #include "../../detail/gemm_problem.hpp"
@@ -19,9 +21,8 @@ namespace detail {
 /// (measured on the 2-vCPU development machine), what 2^16 multiply-adds take at this kernel's
 /// rate, and the split then still gains.
 inline constexpr int64_t gemm_parallel_grain = int64_t{1} << 16;
-
-template <class Acc>
-inline constexpr int KG_of = gemm_tile<Acc>::kgroup;
+/// Threads one GEMM uses at most (the size of its block-claiming flags).
+inline constexpr int max_gemm_threads = 256;
 
 template <class T>
 const gemm_block_sizes& cached_gemm_blocks() {
@@ -29,19 +30,32 @@ const gemm_block_sizes& cached_gemm_blocks() {
   return b;
 }
 
-/// Whether B is read in place instead of packed: same element type as the kernel's, unit
-/// column stride. Packing then costs nothing, which is what matters when A has few rows (every
-/// packed B value would be used only m times).
-template <class TB, class Acc>
-bool gemm_b_in_place(int64_t m, int64_t b_cs) {
-  return std::is_same_v<TB, Acc> && b_cs == 1 && m <= 8 * gemm_tile<Acc>::mr;
+/// Multiply-adds of an m x n x k product, saturating instead of overflowing.
+inline int64_t gemm_work(int64_t m, int64_t n, int64_t k) {
+  constexpr int64_t top = std::numeric_limits<int64_t>::max();
+  if (m == 0 || n == 0 || k == 0) return 0;
+  if (m > top / n || m * n > top / k) return top;
+  return m * n * k;
 }
 
-/// Whether A is read in place instead of packed: small problems (up to 128^3 multiply-adds, all
-/// operands L2-resident), where the packing pass would cost a large share of the time.
+/// Which operands the micro-kernels read in place instead of from packed panels (full panels
+/// only; ragged edges are always packed, zero-padded). Never for int8, whose packing changes
+/// the representation.
+/// - A: small problems (up to 128^3 multiply-adds, every operand L2-resident) of the kernel's
+///   own type, where the packing pass would cost a large share of the time.
+/// - B: the kernel's type with contiguous rows (unit column stride), when A is read in place
+///   too or has at most 8 micro-tiles of rows (each packed B value would be used only m times).
+struct gemm_in_place {
+  bool a = false, b = false;
+};
 template <class TA, class TB, class Acc>
-bool gemm_a_in_place(const gemm_problem<TA, TB, Acc>& pr) {
-  return std::is_same_v<TA, Acc> && pr.m * pr.n * pr.k <= (int64_t{1} << 21);
+gemm_in_place gemm_operands_in_place(const gemm_problem<TA, TB, Acc>& pr) {
+  gemm_in_place r;
+  if constexpr (gemm_tile<Acc>::kgroup == 1) {
+    r.a = std::is_same_v<TA, Acc> && gemm_work(pr.m, pr.n, pr.k) <= (int64_t{1} << 21);
+    r.b = std::is_same_v<TB, Acc> && pr.b_cs == 1 && (r.a || pr.m <= 8 * gemm_tile<Acc>::mr);
+  }
+  return r;
 }
 
 /// Calls f.template operator()<E>() with E = edge_mr, one of the edge kernels' row counts.
@@ -79,10 +93,8 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
         static_cast<int32_t*>(ws.sums.get(sizeof(int32_t) * static_cast<size_t>(2 * (mc + nc))));
     row_sum = s, row_corr = s + mc, col_sum = s + 2 * mc, col_corr = s + 2 * mc + nc;
   }
-  const bool b_in_place =
-      !is_int8 && (gemm_b_in_place<TB, Acc>(pr.m, pr.b_cs) ||
-                   (std::is_same_v<TB, Acc> && pr.b_cs == 1 && gemm_a_in_place(pr)));
-  const bool a_direct = !is_int8 && gemm_a_in_place(pr);
+  const gemm_in_place direct = gemm_operands_in_place(pr);
+  const bool a_direct = direct.a, b_in_place = direct.b;
 
   for (int64_t ic = 0; ic < m; ic += mc) {
     const int64_t mb = std::min(mc, m - ic);
@@ -210,7 +222,7 @@ void gemm_run_cpu_oriented(const gemm_problem<TA, TB, Acc>& pr) {
     for (int64_t t = 0; t < pr.batch; ++t) gemm_scale_only(pr, c_at(t));
     return;
   }
-  const int64_t work = pr.m * pr.n * pr.k;  // multiply-adds per matrix
+  const int64_t work = gemm_work(pr.m, pr.n, pr.k);  // multiply-adds per matrix
   const int threads = get_num_threads();
   // Many small matrices: one thread per group of whole matrices.
   if (pr.batch > 1 && threads > 1 && work < 4 * gemm_parallel_grain) {
@@ -219,13 +231,12 @@ void gemm_run_cpu_oriented(const gemm_problem<TA, TB, Acc>& pr) {
     });
     return;
   }
-  const int nt = static_cast<int>(std::clamp<int64_t>(work / gemm_parallel_grain, 1, threads));
+  const int nt = static_cast<int>(
+      std::clamp<int64_t>(work / gemm_parallel_grain, 1, std::min(threads, max_gemm_threads)));
   // Packing cost per element for the split (choose_gemm_split), as gemm_block will pack.
-  const bool a_direct = KG_of<Acc> == 1 && gemm_a_in_place(pr);
-  const int a_pack_cost = a_direct ? 0 : pr.a_rs == 1 ? 1 : 2;
-  const bool b_direct = KG_of<Acc> == 1 && std::is_same_v<TB, Acc> && pr.b_cs == 1 &&
-                        (gemm_b_in_place<TB, Acc>(pr.m, pr.b_cs) || a_direct);
-  const int b_pack_cost = b_direct ? 0 : pr.b_cs == 1 ? 1 : 2;
+  const gemm_in_place direct = gemm_operands_in_place(pr);
+  const int a_pack_cost = direct.a ? 0 : pr.a_rs == 1 ? 1 : 2;
+  const int b_pack_cost = direct.b ? 0 : pr.b_cs == 1 ? 1 : 2;
   for (int64_t t = 0; t < pr.batch; ++t) {
     const TA* a = a_at(t);
     const TB* b = b_at(t);
@@ -236,13 +247,22 @@ void gemm_run_cpu_oriented(const gemm_problem<TA, TB, Acc>& pr) {
     }
     const gemm_split s = choose_gemm_split<Acc>(pr.m, pr.n, nt, a_pack_cost, b_pack_cost);
 #if defined(_OPENMP)
-#pragma omp parallel num_threads(s.tm* s.tn)
+    // Each thread takes its own block first, then any block no thread has claimed yet: a
+    // thread that starts late (its core busy elsewhere, a slow wake-up) finds its block done
+    // instead of making the others wait for it at the join.
+    const int blocks = s.tm * s.tn;
+    std::atomic<bool> claimed[max_gemm_threads] = {};
+#pragma omp parallel num_threads(blocks)
     {
       const int id = omp_get_thread_num();
-      const int64_t i0 = std::min(pr.m, (id / s.tn) * s.rows),
-                    j0 = std::min(pr.n, (id % s.tn) * s.cols);
-      const int64_t i1 = std::min(pr.m, i0 + s.rows), j1 = std::min(pr.n, j0 + s.cols);
-      if (i0 < i1 && j0 < j1) gemm_block(pr, a, b, c, i0, i1, j0, j1);
+      for (int q = 0; q < blocks; ++q) {
+        const int blk = (id + q) % blocks;
+        if (claimed[blk].exchange(true, std::memory_order_acq_rel)) continue;
+        const int64_t i0 = std::min(pr.m, (blk / s.tn) * s.rows),
+                      j0 = std::min(pr.n, (blk % s.tn) * s.cols);
+        const int64_t i1 = std::min(pr.m, i0 + s.rows), j1 = std::min(pr.n, j0 + s.cols);
+        if (i0 < i1 && j0 < j1) gemm_block(pr, a, b, c, i0, i1, j0, j1);
+      }
     }
 #else
     gemm_block(pr, a, b, c, 0, pr.m, 0, pr.n);
