@@ -35,89 +35,61 @@ namespace detail {
 template <class T>
 struct gemm_tile;
 
+template <int MR, int NR, int KG>
+struct tile_shape {
+  static constexpr int mr = MR, nr = NR, kgroup = KG;
+};
+
 #if defined(TESSERA_SIMD_SCALAR) || defined(__CUDA_ARCH__)
 template <>
-struct gemm_tile<float> {
-  static constexpr int mr = 4, nr = 4, kgroup = 1;
-};
+struct gemm_tile<float> : tile_shape<4, 4, 1> {};
 template <>
-struct gemm_tile<double> {
-  static constexpr int mr = 4, nr = 4, kgroup = 1;
-};
+struct gemm_tile<double> : tile_shape<4, 4, 1> {};
 template <>
-struct gemm_tile<int32_t> {
-  static constexpr int mr = 4, nr = 4, kgroup = 4;
-};
+struct gemm_tile<int32_t> : tile_shape<4, 4, 4> {};
 #elif defined(__AVX512F__)
-// 32 zmm registers: 12 x 2 accumulators + 2 B vectors + 1 broadcast. 12 broadcasts + 2 loads per
-// 24 FMAs keeps the two load ports below their limit at two FMAs per cycle.
+// 32 zmm registers. float 8 x 32: 16 accumulators; 8 broadcasts + 2 loads per 16 FMAs stays under
+// the two load ports at two FMAs per cycle, and 8 divides the power-of-two sizes (12 x 32 measured
+// no better, docs/perf/matmul.md). double 12 x 16: 24 accumulators + 2 B vectors + 1 broadcast.
 template <>
-struct gemm_tile<float> {
-  static constexpr int mr = 8, nr = 32, kgroup = 1;
-};
+struct gemm_tile<float> : tile_shape<8, 32, 1> {};
 template <>
-struct gemm_tile<double> {
-  static constexpr int mr = 12, nr = 16, kgroup = 1;
-};
+struct gemm_tile<double> : tile_shape<12, 16, 1> {};
 #if defined(__AVX512VNNI__)
 template <>
-struct gemm_tile<int32_t> {
-  static constexpr int mr = 12, nr = 32, kgroup = 4;
-};
+struct gemm_tile<int32_t> : tile_shape<12, 32, 4> {};
 #else  // the vpmaddwd emulation needs 6 more registers
 template <>
-struct gemm_tile<int32_t> {
-  static constexpr int mr = 8, nr = 32, kgroup = 4;
-};
+struct gemm_tile<int32_t> : tile_shape<8, 32, 4> {};
 #endif
 #elif defined(__AVX2__) && defined(__FMA__)
 // 16 ymm registers: 6 x 2 accumulators + 2 B vectors + 1 broadcast.
 template <>
-struct gemm_tile<float> {
-  static constexpr int mr = 6, nr = 16, kgroup = 1;
-};
+struct gemm_tile<float> : tile_shape<6, 16, 1> {};
 template <>
-struct gemm_tile<double> {
-  static constexpr int mr = 6, nr = 8, kgroup = 1;
-};
+struct gemm_tile<double> : tile_shape<6, 8, 1> {};
 #if defined(__AVXVNNI__)
 template <>
-struct gemm_tile<int32_t> {
-  static constexpr int mr = 6, nr = 16, kgroup = 4;
-};
+struct gemm_tile<int32_t> : tile_shape<6, 16, 4> {};
 #else
 template <>
-struct gemm_tile<int32_t> {
-  static constexpr int mr = 4, nr = 16, kgroup = 4;
-};
+struct gemm_tile<int32_t> : tile_shape<4, 16, 4> {};
 #endif
 #elif defined(__ARM_NEON) && defined(__aarch64__)
 // 32 q registers: 8 x 3 accumulators + 3 B vectors + 1 broadcast.
 template <>
-struct gemm_tile<float> {
-  static constexpr int mr = 8, nr = 12, kgroup = 1;
-};
+struct gemm_tile<float> : tile_shape<8, 12, 1> {};
 template <>
-struct gemm_tile<double> {
-  static constexpr int mr = 8, nr = 6, kgroup = 1;
-};
+struct gemm_tile<double> : tile_shape<8, 6, 1> {};
 template <>
-struct gemm_tile<int32_t> {
-  static constexpr int mr = 4, nr = 4, kgroup = 4;
-};
+struct gemm_tile<int32_t> : tile_shape<4, 4, 4> {};
 #else
 template <>
-struct gemm_tile<float> {
-  static constexpr int mr = 4, nr = 4, kgroup = 1;
-};
+struct gemm_tile<float> : tile_shape<4, 4, 1> {};
 template <>
-struct gemm_tile<double> {
-  static constexpr int mr = 4, nr = 4, kgroup = 1;
-};
+struct gemm_tile<double> : tile_shape<4, 4, 1> {};
 template <>
-struct gemm_tile<int32_t> {
-  static constexpr int mr = 4, nr = 4, kgroup = 4;
-};
+struct gemm_tile<int32_t> : tile_shape<4, 4, 4> {};
 #endif
 
 /// Rows of the edge micro-kernel for a ragged last block of r < mr rows: a third or two thirds
