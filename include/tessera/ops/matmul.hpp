@@ -228,7 +228,7 @@ const Tensor<TC, B>& matmul(const Tensor<TA, B>& a, const Tensor<TB, B>& b,
   if (!(out.shape() == plan.out_shape))
     detail::fail<shape_error>("matmul", "output has shape ", out.shape(), "; ", a.shape(), " x ",
                               b.shape(), " gives ", plan.out_shape);
-  detail::gemm_into("matmul", 1.0, plan.a, plan.b, 0.0, out.reshape(plan.full_shape));
+  detail::gemm_into("matmul", 1.0, plan.a, plan.b, 0.0, out.view(plan.full_shape));
   return out;
 }
 
