@@ -109,10 +109,11 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
       if constexpr (is_int8) {
         pack_a_int8<MR>(a_blk, pr.a_rs, pr.a_cs, mb, kb, abuf, row_sum);
       } else {
-        if (!a_direct) pack_a_fp<MR>(a_blk, pr.a_rs, pr.a_cs, mb_full, kb, abuf);
+        if (!a_direct) pack_panels<MR>(a_blk, pr.a_rs, pr.a_cs, mb_full, kb, abuf);
         if (mb_full < mb)
           with_edge_mr<Acc>(edge_mr, [&]<int E>() {
-            pack_a_fp<E>(a_blk + mb_full * pr.a_rs, pr.a_rs, pr.a_cs, mb - mb_full, kb, edge_panel);
+            pack_panels<E>(a_blk + mb_full * pr.a_rs, pr.a_rs, pr.a_cs, mb - mb_full, kb,
+                           edge_panel);
           });
       }
       gemm_epilogue<Acc> ep;
@@ -136,7 +137,7 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
           for (int64_t j = 0; j < nb; ++j)
             col_corr[j] = static_cast<int32_t>(-int64_t{za} * col_sum[j]);
         } else if (nb_direct < nb) {
-          pack_b_fp<NR>(b_blk + nb_direct * pr.b_cs, pr.b_rs, pr.b_cs, kb, nb - nb_direct, bbuf);
+          pack_panels<NR>(b_blk + nb_direct * pr.b_cs, pr.b_cs, pr.b_rs, nb - nb_direct, kb, bbuf);
         }
         for (int64_t ir = 0; ir < mb; ir += MR) {
           const int mr_eff = static_cast<int>(std::min<int64_t>(MR, mb - ir));

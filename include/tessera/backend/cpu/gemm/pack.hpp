@@ -116,89 +116,56 @@ TESSERA_ALWAYS_INLINE void transpose_8x8(const float* src, int64_t ld, float* ds
 #define TESSERA_DETAIL_HAVE_TRANSPOSE_8X8 1
 #endif
 
-/// Packs rows [0, mb) x k [0, kb) of a (element (i, p) at a[i * rs + p * cs]) into micro-panels
-/// of MR rows: panel r holds rows r*MR.. as [p][MR], rows past mb zero-filled.
-template <int MR, class P, class S>
-void pack_a_fp(const S* a, int64_t rs, int64_t cs, int64_t mb, int64_t kb, P* dst) {
+/// Packs `lines` lines of length kb (the rows of an A block, the columns of a B block) into
+/// panels of W lines, [p][W] each, lines past `lines` zero-filled. Element p of line l is at
+/// src[l * ls + p * ks]: A packs with (ls, ks) = (row stride, column stride), B with (column
+/// stride, row stride). Fast paths: lines contiguous (ls == 1, row-major B) are vector copies or
+/// conversions; k contiguous (ks == 1, row-major A, transposed B) are 8 x 8 register transposes.
+template <int W, class P, class S>
+void pack_panels(const S* src, int64_t ls, int64_t ks, int64_t lines, int64_t kb, P* dst) {
   const float* f8 = float8_table_for<S>();
-  for (int64_t r0 = 0; r0 < mb; r0 += MR, dst += MR * kb) {
-    const int rows = static_cast<int>(std::min<int64_t>(MR, mb - r0));
-    const S* src = a + r0 * rs;
-#if defined(TESSERA_DETAIL_HAVE_TRANSPOSE_8X8)
-    if constexpr (MR == 8 && std::is_same_v<S, float> && std::is_same_v<P, float>) {
-      if (cs == 1 && rows == MR) {  // row-major A: 8 x 8 register transposes
-        int64_t p = 0;
-        for (; p + 8 <= kb; p += 8) transpose_8x8(src + p, rs, dst + p * MR, MR);
-        for (; p < kb; ++p)
-          for (int i = 0; i < MR; ++i) dst[p * MR + i] = src[i * rs + p];
-        continue;
-      }
-    }
-#endif
-    if (cs == 1) {
-      for (int i = 0; i < rows; ++i)
-        for (int64_t p = 0; p < kb; ++p) dst[p * MR + i] = pack_convert<P>(src[i * rs + p], f8);
-    } else {
-      for (int64_t p = 0; p < kb; ++p)
-        for (int i = 0; i < rows; ++i) dst[p * MR + i] = pack_convert<P>(src[i * rs + p * cs], f8);
-    }
-    if (rows < MR)
-      for (int64_t p = 0; p < kb; ++p)
-        for (int i = rows; i < MR; ++i) dst[p * MR + i] = P(0);
-  }
-}
-
-/// Packs k [0, kb) x columns [0, nb) of b into micro-panels of NR columns, [p][NR] each, columns
-/// past nb zero-filled.
-template <int NR, class P, class S>
-void pack_b_fp(const S* b, int64_t rs, int64_t cs, int64_t kb, int64_t nb, P* dst) {
-  const float* f8 = float8_table_for<S>();
-  for (int64_t c0 = 0; c0 < nb; c0 += NR, dst += NR * kb) {
-    const int cols = static_cast<int>(std::min<int64_t>(NR, nb - c0));
-    const S* src = b + c0 * cs;
+  for (int64_t l0 = 0; l0 < lines; l0 += W, src += W * ls, dst += W * kb) {
+    const int count = static_cast<int>(std::min<int64_t>(W, lines - l0));
     if constexpr ((std::is_same_v<S, P> || vector_convertible_v<P, S>)&&simd::available<P>) {
       using V = simd::vec<P>;
-      if (cs == 1 && cols == NR) {  // the common case: rows of B are contiguous, copy vectors
-        for (int64_t p = 0; p < kb; ++p)
+      if constexpr (W % V::width == 0) {
+        if (ls == 1 && count == W) {
+          for (int64_t p = 0; p < kb; ++p)
 #pragma GCC unroll 4
-          for (int j = 0; j < NR; j += V::width) {
-            if constexpr (std::is_same_v<S, P>)
-              V::load(src + p * rs + j).store(dst + p * NR + j);
-            else
-              load_as_float(src + p * rs + j).store(dst + p * NR + j);
-          }
-        continue;
-      }
-    }
-    if (cs == 1) {
-      for (int64_t p = 0; p < kb; ++p) {
-        const S* row = src + p * rs;
-        P* out = dst + p * NR;
-        for (int j = 0; j < cols; ++j) out[j] = pack_convert<P>(row[j], f8);
-        for (int j = cols; j < NR; ++j) out[j] = P(0);
-      }
-    } else {
-      int j0 = 0;
-#if defined(TESSERA_DETAIL_HAVE_TRANSPOSE_8X8)
-      if constexpr (std::is_same_v<S, float> && std::is_same_v<P, float> && NR % 8 == 0) {
-        if (rs == 1) {  // columns of B contiguous (a transposed view): 8 x 8 register transposes
-          const int64_t kb8 = kb / 8 * 8;
-          for (; j0 + 8 <= cols; j0 += 8) {
-            for (int64_t p = 0; p < kb8; p += 8)
-              transpose_8x8(src + j0 * cs + p, cs, dst + p * NR + j0, NR);
-            for (int64_t p = kb8; p < kb; ++p)
-              for (int j = j0; j < j0 + 8; ++j) dst[p * NR + j] = src[j * cs + p];
-          }
+            for (int j = 0; j < W; j += V::width) {
+              if constexpr (std::is_same_v<S, P>)
+                V::load(src + p * ks + j).store(dst + p * W + j);
+              else
+                load_as_float(src + p * ks + j).store(dst + p * W + j);
+            }
+          continue;
         }
       }
-#endif
-      for (int j = j0; j < cols; ++j)
-        for (int64_t p = 0; p < kb; ++p)
-          dst[p * NR + j] = pack_convert<P>(src[j * cs + p * rs], f8);
-      if (cols < NR)
-        for (int64_t p = 0; p < kb; ++p)
-          for (int j = cols; j < NR; ++j) dst[p * NR + j] = P(0);
     }
+    int l = 0;  // lines done by the transposes
+#if defined(TESSERA_DETAIL_HAVE_TRANSPOSE_8X8)
+    if constexpr (std::is_same_v<S, float> && std::is_same_v<P, float> && W % 8 == 0) {
+      if (ks == 1) {
+        const int64_t kb8 = kb / 8 * 8;
+        for (; l + 8 <= count; l += 8) {
+          for (int64_t p = 0; p < kb8; p += 8)
+            transpose_8x8(src + l * ls + p, ls, dst + p * W + l, W);
+          for (int64_t p = kb8; p < kb; ++p)
+            for (int j = l; j < l + 8; ++j) dst[p * W + j] = src[j * ls + p];
+        }
+      }
+    }
+#endif
+    if (ks == 1) {  // read along k
+      for (int j = l; j < count; ++j)
+        for (int64_t p = 0; p < kb; ++p) dst[p * W + j] = pack_convert<P>(src[j * ls + p], f8);
+    } else {  // read across lines, one k at a time
+      for (int64_t p = 0; p < kb; ++p)
+        for (int j = l; j < count; ++j) dst[p * W + j] = pack_convert<P>(src[j * ls + p * ks], f8);
+    }
+    if (count < W)
+      for (int64_t p = 0; p < kb; ++p)
+        for (int j = count; j < W; ++j) dst[p * W + j] = P(0);
   }
 }
 
@@ -280,7 +247,6 @@ void pack_b_int8(const S* b, int64_t rs, int64_t cs, int64_t kb, int64_t nb, int
         }
       }
     }
-    if (kb == 0) std::memset(dst, 0, static_cast<size_t>(NR * kbp));
     for (int j = 0; j < cols; ++j) col_sums[c0 + j] = sums[j];
   }
 }
