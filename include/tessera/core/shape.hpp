@@ -138,19 +138,34 @@ inline int wrap_axis(std::string_view op, int64_t axis, int rank) {
     fail<index_error>(op, "axis ", axis, " is out of range for rank ", rank);
   return static_cast<int>(axis < 0 ? axis + r : axis);
 }
+
+/// Extent of dim i of s aligned right in a rank-r broadcast (1 where s has no such dim).
+inline int64_t broadcast_extent(const Shape& s, int i, int r) {
+  const int j = i - (r - s.rank());
+  return j >= 0 ? s[j] : 1;
+}
+/// The first dim of the broadcast of a and b where they differ and neither is 1; -1 if none.
+inline int broadcast_conflict(const Shape& a, const Shape& b) {
+  const int r = std::max(a.rank(), b.rank());
+  for (int i = 0; i < r; ++i) {
+    const int64_t da = broadcast_extent(a, i, r), db = broadcast_extent(b, i, r);
+    if (da != db && da != 1 && db != 1) return i;
+  }
+  return -1;
+}
 }  // namespace detail
 
 /// NumPy broadcasting of two shapes; throws shape_error naming `op` when they do not broadcast.
 inline Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op = "broadcast") {
-  int r = std::max(a.rank(), b.rank());
+  const int r = std::max(a.rank(), b.rank());
+  if (const int i = detail::broadcast_conflict(a, b); i >= 0)
+    detail::fail<shape_error>(op, "shapes ", a, " and ", b, " cannot be broadcast (dim ", i, ": ",
+                              detail::broadcast_extent(a, i, r), " vs ",
+                              detail::broadcast_extent(b, i, r), ")");
   Shape out;
   out.resize(r);
   for (int i = 0; i < r; ++i) {
-    int ia = i - (r - a.rank()), ib = i - (r - b.rank());
-    int64_t da = ia >= 0 ? a[ia] : 1, db = ib >= 0 ? b[ib] : 1;
-    if (da != db && da != 1 && db != 1)
-      detail::fail<shape_error>(op, "shapes ", a, " and ", b, " cannot be broadcast (dim ", i, ": ",
-                                da, " vs ", db, ")");
+    const int64_t da = detail::broadcast_extent(a, i, r), db = detail::broadcast_extent(b, i, r);
     out[i] = da == 1 ? db : da;
   }
   return out;

@@ -83,17 +83,12 @@ std::vector<int64_t> batch_offsets(const Tensor<T, B>& t, const Shape& batch) {
 template <class TA, class TB, class B>
 Shape product_batch(std::string_view op, const Tensor<TA, B>& a, const Tensor<TB, B>& b) {
   const Shape ba = batch_shape(a), bb = batch_shape(b);
-  Shape s;
-  const int r = std::max(ba.rank(), bb.rank());
-  for (int d = 0; d < r; ++d) {
-    const int da = d - (r - ba.rank()), db = d - (r - bb.rank());
-    const int64_t x = da >= 0 ? ba[da] : 1, y = db >= 0 ? bb[db] : 1;
-    if (x != y && x != 1 && y != 1)
-      fail<shape_error>(op, "batch dims of ", a.shape(), " and ", b.shape(), " do not broadcast (",
-                        x, " vs ", y, ")");
-    s.push_back(x == 1 ? y : x);
+  if (const int i = broadcast_conflict(ba, bb); i >= 0) {
+    const int r = std::max(ba.rank(), bb.rank());
+    fail<shape_error>(op, "batch dims of ", a.shape(), " and ", b.shape(), " do not broadcast (",
+                      broadcast_extent(ba, i, r), " vs ", broadcast_extent(bb, i, r), ")");
   }
-  return s;
+  return broadcast_shapes(ba, bb, op);
 }
 
 /// Extras of a GEMM beyond c = alpha a·b + beta c.
