@@ -40,14 +40,11 @@ struct tile_shape {
   static constexpr int mr = MR, nr = NR, kgroup = KG;
 };
 
+// The scalar tiles serve TESSERA_SIMD_SCALAR builds, device passes and unknown targets alike.
 #if defined(TESSERA_SIMD_SCALAR) || defined(__CUDA_ARCH__)
-template <>
-struct gemm_tile<float> : tile_shape<4, 4, 1> {};
-template <>
-struct gemm_tile<double> : tile_shape<4, 4, 1> {};
-template <>
-struct gemm_tile<int32_t> : tile_shape<4, 4, 4> {};
-#elif defined(__AVX512F__)
+#define TESSERA_DETAIL_GEMM_SCALAR_TILES 1
+#endif
+#if !defined(TESSERA_DETAIL_GEMM_SCALAR_TILES) && defined(__AVX512F__)
 // 32 zmm registers. float 8 x 32: 16 accumulators; 8 broadcasts + 2 loads per 16 FMAs stays under
 // the two load ports at two FMAs per cycle, and 8 divides the power-of-two sizes (12 x 32 measured
 // no better, docs/perf/matmul.md). double 12 x 16: 24 accumulators + 2 B vectors + 1 broadcast.
@@ -62,7 +59,7 @@ struct gemm_tile<int32_t> : tile_shape<12, 32, 4> {};
 template <>
 struct gemm_tile<int32_t> : tile_shape<8, 32, 4> {};
 #endif
-#elif defined(__AVX2__) && defined(__FMA__)
+#elif !defined(TESSERA_DETAIL_GEMM_SCALAR_TILES) && defined(__AVX2__) && defined(__FMA__)
 // 16 ymm registers: 6 x 2 accumulators + 2 B vectors + 1 broadcast.
 template <>
 struct gemm_tile<float> : tile_shape<6, 16, 1> {};
@@ -75,7 +72,7 @@ struct gemm_tile<int32_t> : tile_shape<6, 16, 4> {};
 template <>
 struct gemm_tile<int32_t> : tile_shape<4, 16, 4> {};
 #endif
-#elif defined(__ARM_NEON) && defined(__aarch64__)
+#elif !defined(TESSERA_DETAIL_GEMM_SCALAR_TILES) && defined(__ARM_NEON) && defined(__aarch64__)
 // 32 q registers: 8 x 3 accumulators + 3 B vectors + 1 broadcast.
 template <>
 struct gemm_tile<float> : tile_shape<8, 12, 1> {};
