@@ -53,6 +53,23 @@ struct gemm_kernel {
                 "include <tessera/cuda.hpp>");
 };
 
+/// Convolution kernels of backend B: forward / backward_input / backward_weight of one
+/// detail::conv_problem (implicit GEMM and direct kernels on the CPU).
+template <class B>
+struct conv_kernel {
+  static_assert(always_false<B>,
+                "tessera: backend has no conv_kernel (conv1d/conv2d/conv_transpose2d); for "
+                "tessera::cuda include <tessera/cuda.hpp>");
+};
+
+/// Pooling kernels of backend B: max / average pooling over NCHW planes and their backward.
+template <class B>
+struct pool_kernel {
+  static_assert(always_false<B>,
+                "tessera: backend has no pool_kernel (max_pool2d/avg_pool2d/adaptive_avg_pool2d); "
+                "for tessera::cuda include <tessera/cuda.hpp>");
+};
+
 }  // namespace backend
 
 /// A backend tag: an empty type whose memory primitives are specialised.

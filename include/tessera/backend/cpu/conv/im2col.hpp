@@ -1,0 +1,109 @@
+// tessera/backend/cpu/conv/im2col.hpp - the lowering of a convolution to matrix products: tiles
+// of the im2col matrix (one row per input channel and kernel tap, one column per output pixel),
+// and the inverse scatter-add (col2im) for the input gradient.
+//
+// A tile covers every row of one image-group but only a range of output pixels, so the lowered
+// matrix never exists whole: its size is bounded by the tile, not by the image.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "../../../detail/conv_problem.hpp"
+#include "../gemm/pack.hpp"
+
+TESSERA_BEGIN_NAMESPACE
+namespace detail {
+
+/// The output columns [lo, hi) of one output row whose input column ow * stride + off lies
+/// inside [0, w), clamped to [begin, end).
+struct conv_span {
+  int64_t lo, hi;
+};
+inline conv_span conv_valid_span(int64_t off, int64_t stride, int64_t w, int64_t begin,
+                                 int64_t end) {
+  // iw = ow * stride + off >= 0  <=>  ow >= ceil(-off / stride)
+  const int64_t lo = off >= 0 ? 0 : (-off + stride - 1) / stride;
+  // iw < w  <=>  ow < ceil((w - off) / stride)
+  const int64_t hi = w - off > 0 ? (w - off + stride - 1) / stride : 0;
+  const int64_t l = std::clamp(lo, begin, end), h = std::clamp(hi, l, end);
+  return {l, h};
+}
+
+/// Calls f(q, ci, i, j, row_of_input_or_null, oh, ow_begin, ow_end, col) for every tile row q =
+/// (ci, i, j) and every run of output pixels [p0, p0 + np) that lies in one output row; col is
+/// the run's first column within the tile. The input row is null where the tap falls into the
+/// top or bottom padding.
+template <class S, class F>
+TESSERA_ALWAYS_INLINE void for_each_tile_run(const conv_geometry& g, S* x, int64_t p0, int64_t np,
+                                             F&& f) {
+  const int64_t cg = g.cg();
+  int64_t q = 0;
+  for (int64_t ci = 0; ci < cg; ++ci)
+    for (int64_t i = 0; i < g.r; ++i)
+      for (int64_t j = 0; j < g.s; ++j, ++q)
+        for (int64_t p = p0; p < p0 + np;) {
+          const int64_t oh = p / g.wo, ow0 = p % g.wo;
+          const int64_t ow1 = std::min(g.wo, ow0 + (p0 + np - p));
+          const int64_t ih = oh * g.stride_h - g.pad_top + i * g.dil_h;
+          S* row = ih >= 0 && ih < g.h ? x + (ci * g.h + ih) * g.w : nullptr;
+          f(q, ci, i, j, row, ow0, ow1, p - p0);
+          p += ow1 - ow0;
+        }
+}
+
+/// tile[q * ld + col] = x value for row q and output pixel p0 + col (zero in the padding),
+/// converted to D. x is one image-group: [cg, h, w].
+template <class D, class S>
+void im2col_tile(const conv_geometry& g, const S* x, int64_t p0, int64_t np, D* tile, int64_t ld) {
+  const float* f8 = float8_table_for<S>();
+  for_each_tile_run(g, x, p0, np,
+                    [&](int64_t q, int64_t, int64_t, int64_t j, const S* row, int64_t ow0,
+                        int64_t ow1, int64_t col) {
+                      D* dst = tile + q * ld + col - ow0;  // indexed by ow
+                      if (!row) {
+                        std::fill(dst + ow0, dst + ow1, D(0));
+                        return;
+                      }
+                      const int64_t off = j * g.dil_w - g.pad_left;
+                      const conv_span v = conv_valid_span(off, g.stride_w, g.w, ow0, ow1);
+                      std::fill(dst + ow0, dst + v.lo, D(0));
+                      if (g.stride_w == 1 && std::is_same_v<D, S>) {
+                        if (v.hi > v.lo)
+                          std::memcpy(dst + v.lo, row + v.lo + off,
+                                      sizeof(D) * static_cast<size_t>(v.hi - v.lo));
+                      } else {
+                        const S* src = row + off;
+                        for (int64_t ow = v.lo; ow < v.hi; ++ow)
+                          dst[ow] = pack_convert<D>(src[ow * g.stride_w], f8);
+                      }
+                      std::fill(dst + v.hi, dst + ow1, D(0));
+                    });
+}
+
+/// The inverse of im2col_tile, accumulating: x value for row q and output pixel p0 + col +=
+/// tile[q * ld + col]; padding positions are dropped. x is one image-group: [cg, h, w].
+template <class Acc>
+void col2im_tile_add(const conv_geometry& g, const Acc* tile, int64_t ld, int64_t p0, int64_t np,
+                     Acc* x) {
+  for_each_tile_run(
+      g, x, p0, np,
+      [&](int64_t q, int64_t, int64_t, int64_t j, Acc* row, int64_t ow0, int64_t ow1, int64_t col) {
+        if (!row) return;
+        const Acc* src = tile + q * ld + col - ow0;  // indexed by ow
+        const int64_t off = j * g.dil_w - g.pad_left;
+        const conv_span v = conv_valid_span(off, g.stride_w, g.w, ow0, ow1);
+        Acc* dst = row + off;
+        if (g.stride_w == 1) {
+#pragma omp simd
+          for (int64_t ow = v.lo; ow < v.hi; ++ow) dst[ow] += src[ow];
+        } else {
+          for (int64_t ow = v.lo; ow < v.hi; ++ow) dst[ow * g.stride_w] += src[ow];
+        }
+      });
+}
+
+}  // namespace detail
+TESSERA_END_NAMESPACE
