@@ -19,6 +19,7 @@
 
 #include "../../detail/conv_problem.hpp"
 #include "../tags.hpp"
+#include "conv/direct.hpp"
 #include "conv/im2col.hpp"
 #include "gemm.hpp"
 #include "parallel.hpp"
@@ -130,10 +131,116 @@ void conv_forward_lowered(const conv_forward_problem<TX, TW, Acc>& p) {
   });
 }
 
+/// Whether the direct kernels (conv/direct.hpp) run instead of lowering: at most 4 input
+/// channels per group (first layers, depthwise) and kernels up to 32 x 32, where the lowered
+/// product's k = cg * r * s is too short for the GEMM micro-tiles; floating types with SIMD
+/// vectors only.
+template <class Acc>
+bool conv_use_direct(const conv_geometry& g) {
+  if constexpr (!simd::available<Acc> || std::is_integral_v<Acc>)
+    return false;
+  else
+    return g.cg() <= 4 && g.r <= 32 && g.s <= 32;
+}
+
+/// Output rows per work item of the direct kernels: whole images when there are at least four
+/// image-groups per thread, else rows split so that there are.
+struct conv_row_split {
+  int64_t chunks = 1, rows = 0;
+};
+inline conv_row_split conv_split_rows(int64_t units, int64_t ho, int threads) {
+  const int64_t want = 4 * std::max(threads, 1);
+  int64_t chunks =
+      units >= want ? 1 : std::min(ho, (want + units - 1) / std::max<int64_t>(units, 1));
+  chunks = std::max<int64_t>(chunks, 1);
+  const int64_t rows = (ho + chunks - 1) / chunks;
+  return {(ho + rows - 1) / rows, rows};
+}
+
+/// The padded input rows that output rows [oh0, oh1) of image-group x read, in this thread's
+/// buffer.
+template <class Acc, class TX>
+padded_rows<Acc> conv_padded_rows_for(const conv_geometry& g, const TX* x, int64_t oh0, int64_t oh1,
+                                      int64_t wo_cover) {
+  padded_rows<Acc> xp;
+  xp.row0 = oh0 * g.stride_h;
+  xp.rows = (oh1 - 1) * g.stride_h + g.dil_h * (g.r - 1) + 1 - xp.row0;
+  xp.len = padded_rows_len(g, wo_cover);
+  xp.stride_w = g.stride_w;
+  const int64_t cg = g.cg();
+  xp.data = static_cast<Acc*>(thread_conv_tile().get(
+      sizeof(Acc) * static_cast<size_t>(cg * xp.rows * xp.stride_w * xp.len)));
+  fill_padded_rows(g, x, cg, xp);
+  return xp;
+}
+
+/// Direct forward: work items are row ranges of image-groups; blocks of 4 output channels x 2
+/// vectors of columns, then single channels x 4 vectors.
+template <class TX, class TW, class Acc>
+void conv_forward_direct(const conv_forward_problem<TX, TW, Acc>& p) {
+  const conv_geometry& g = p.g;
+  const int64_t cg = g.cg(), kg = g.kg(), taps = g.taps(), P = g.ho * g.wo;
+  std::vector<Acc> w_acc;
+  const Acc* w = nullptr;
+  if constexpr (std::is_same_v<TW, Acc>) {
+    w = p.w;
+  } else {
+    const float* f8 = float8_table_for<TW>();
+    w_acc.resize(static_cast<size_t>(g.k * cg * taps));
+    for (size_t i = 0; i < w_acc.size(); ++i) w_acc[i] = pack_convert<Acc>(p.w[i], f8);
+    w = w_acc.data();
+  }
+  constexpr int64_t width = simd::vec<Acc>::width, cover = 4 * width;  // widest column block
+  const int64_t wo_pad = (g.wo + cover - 1) / cover * cover;
+  const int64_t units = g.n * g.groups;
+  const int threads = get_num_threads();
+  const conv_row_split sp = conv_split_rows(units, g.ho, threads);
+  conv_parallel_items(
+      units * sp.chunks, kg * cg * taps * sp.rows * g.wo, threads, [&](int64_t item, int) {
+        const int64_t unit = item / sp.chunks, img = unit / g.groups, gi = unit % g.groups;
+        const int64_t oh0 = item % sp.chunks * sp.rows, oh1 = std::min(g.ho, oh0 + sp.rows);
+        const padded_rows<Acc> xp =
+            conv_padded_rows_for<Acc>(g, p.x + (img * g.c + gi * cg) * g.h * g.w, oh0, oh1, wo_pad);
+        Acc* y = p.y + (img * g.k + gi * kg) * P;
+        const Acc* wg = w + gi * kg * cg * taps;
+        const Acc* bias = p.bias ? p.bias + gi * kg : nullptr;
+        int64_t off[4096];  // conv_use_direct: cg <= 4 taps of at most 32 x 32
+        xp.tap_offsets(g, cg, off);
+        // Column blocks as wide as the row allows (a block wider than the row is computed through
+        // a buffer): 4 channels x up to 2 vectors, single channels x up to 4 vectors.
+        const int64_t vecs = g.wo / width;
+        int64_t kk = 0;
+        for (; kk + 4 <= kg; kk += 4) {
+          const Acc* b = bias ? bias + kk : nullptr;
+          if (vecs >= 2)
+            conv_direct_rows<Acc, 4, 2>(g, xp, off, wg + kk * cg * taps, b, p.relu, y + kk * P, oh0,
+                                        oh1);
+          else
+            conv_direct_rows<Acc, 4, 1>(g, xp, off, wg + kk * cg * taps, b, p.relu, y + kk * P, oh0,
+                                        oh1);
+        }
+        for (; kk < kg; ++kk) {
+          const Acc* b = bias ? bias + kk : nullptr;
+          if (vecs >= 4)
+            conv_direct_rows<Acc, 1, 4>(g, xp, off, wg + kk * cg * taps, b, p.relu, y + kk * P, oh0,
+                                        oh1);
+          else if (vecs >= 2)
+            conv_direct_rows<Acc, 1, 2>(g, xp, off, wg + kk * cg * taps, b, p.relu, y + kk * P, oh0,
+                                        oh1);
+          else
+            conv_direct_rows<Acc, 1, 1>(g, xp, off, wg + kk * cg * taps, b, p.relu, y + kk * P, oh0,
+                                        oh1);
+        }
+      });
+}
+
 template <class TX, class TW, class Acc>
 void conv_forward_cpu(const conv_forward_problem<TX, TW, Acc>& p) {
   const conv_geometry& g = p.g;
   if (g.n == 0 || g.k == 0 || g.ho == 0 || g.wo == 0) return;
+  if constexpr (simd::available<Acc>) {
+    if (conv_use_direct<Acc>(g)) return conv_forward_direct(p);
+  }
   if (g.is_pointwise())
     conv_forward_pointwise(p);
   else
@@ -231,20 +338,35 @@ void conv_backward_weight_cpu(const conv_backward_weight_problem<TX, TG, Acc>& p
   if (dw_numel == 0) return;
   std::fill(p.dw, p.dw + dw_numel, Acc(0));
   if (g.n == 0 || P == 0) return;
+  const bool direct = std::is_same_v<TG, Acc> && conv_use_direct<Acc>(g);
   const bool pointwise = g.is_pointwise();
+  const int64_t units = g.n * g.groups;
+  // Items: pixel tiles of image-groups (lowered), or row ranges of image-groups (direct).
   const int64_t np = pointwise ? P : conv_tile_columns<Acc>(Q, sizeof(D), P);
-  const int64_t tiles = (P + np - 1) / np, items = g.n * g.groups * tiles;
+  const conv_row_split sp = conv_split_rows(units, g.ho, get_num_threads());
+  const int64_t per_unit = direct ? sp.chunks : (P + np - 1) / np;
+  const int64_t items = units * per_unit;
   const int threads = static_cast<int>(std::min<int64_t>(get_num_threads(), items));
   // Thread 0 accumulates into dw itself; the others into partial copies.
   std::vector<Acc> partial(static_cast<size_t>(std::max(threads - 1, 0) * dw_numel), Acc(0));
-  conv_parallel_items(items, kg * Q * np, threads, [&](int64_t item, int t) {
-    const int64_t unit = item / tiles, p0 = item % tiles * np, cols = std::min(np, P - p0);
-    const int64_t img = unit / g.groups, gi = unit % g.groups;
+  const int64_t cost = kg * Q * (direct ? sp.rows * g.wo : np);
+  conv_parallel_items(items, cost, threads, [&](int64_t item, int t) {
+    const int64_t unit = item / per_unit, img = unit / g.groups, gi = unit % g.groups;
     Acc* dw = t == 0 ? p.dw : partial.data() + (t - 1) * dw_numel;
     const TX* x = p.x + (img * g.c + gi * cg) * g.h * g.w;
+    const TG* dy = p.dy + (img * g.k + gi * kg) * P;
+    if constexpr (std::is_same_v<TG, Acc> && simd::available<Acc>) {
+      if (direct) {
+        const int64_t oh0 = item % per_unit * sp.rows, oh1 = std::min(g.ho, oh0 + sp.rows);
+        const padded_rows<Acc> xp = conv_padded_rows_for<Acc>(g, x, oh0, oh1, g.wo);
+        conv_direct_weight_rows(g, xp, dy, dw + gi * kg * Q, oh0, oh1);
+        return;
+      }
+    }
+    const int64_t p0 = item % per_unit * np, cols = std::min(np, P - p0);
     gemm_problem<TG, D, Acc> pr;
     pr.m = kg, pr.n = Q, pr.k = cols;
-    pr.a = p.dy + (img * g.k + gi * kg) * P + p0, pr.a_rs = P, pr.a_cs = 1;
+    pr.a = dy + p0, pr.a_rs = P, pr.a_cs = 1;
     pr.c = dw + gi * kg * Q, pr.c_rs = Q, pr.c_cs = 1;
     pr.beta = Acc(1);
     if constexpr (std::is_same_v<D, TX>) {

@@ -1,0 +1,209 @@
+// tessera/backend/cpu/conv/direct.hpp - direct convolution for few input channels per group
+// (first layers with C = 1 or 3, depthwise layers): no lowering, vectors along the output row.
+//
+// A lowered product has k = (c / groups) * r * s, only 9 for a 3x3 layer on one channel: each
+// micro-tile would load and store its accumulators after 9 multiply-adds, and a depthwise layer
+// is a product with one row. Here each input row is padded and split into stride phases once
+// (padded_rows), so that every tap of every output vector is one contiguous load at any stride;
+// a register block of output channels x output vectors reuses each load.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "../../../detail/conv_problem.hpp"
+#include "../gemm/pack.hpp"
+#include "../simd/vec.hpp"
+
+TESSERA_BEGIN_NAMESPACE
+namespace detail {
+
+/// Input rows of one image-group, zero-padded and split by the column stride: element
+/// (ci, row, phase, m) is input column m * stride_w + phase - pad_left of padded row `row`
+/// (input row row - pad_top), so output column ow of tap j reads phase (j * dil_w) % stride_w,
+/// index ow + (j * dil_w) / stride_w: consecutive output columns are consecutive elements.
+/// Rows [row0, row0 + rows) of the padded image are kept; each phase row holds `len` elements,
+/// enough for `wo_pad` output columns (a multiple of the vector width) of every tap.
+template <class D>
+struct padded_rows {
+  D* data = nullptr;
+  int64_t row0 = 0, rows = 0, len = 0, stride_w = 1;
+  const D* at(int64_t ci, int64_t row, int64_t phase) const {
+    return data + ((ci * rows + (row - row0)) * stride_w + phase) * len;
+  }
+  /// Offset of tap (ci, i, j) from the start of output row oh's first padded row (row0 + oh *
+  /// stride_h), for taps in (ci, i, j) order: the inner loops then do no index arithmetic
+  /// (no divisions by the stride).
+  void tap_offsets(const conv_geometry& g, int64_t cg, int64_t* off) const {
+    for (int64_t ci = 0; ci < cg; ++ci)
+      for (int64_t i = 0; i < g.r; ++i)
+        for (int64_t j = 0; j < g.s; ++j) {
+          const int64_t jd = j * g.dil_w;
+          *off++ = ((ci * rows + i * g.dil_h) * stride_w + jd % stride_w) * len + jd / stride_w;
+        }
+  }
+  /// Start of output row oh's first padded row.
+  const D* row_base(const conv_geometry& g, int64_t oh) const {
+    return data + (oh * g.stride_h - row0) * stride_w * len;
+  }
+};
+
+/// Bytes padded_rows needs for `rows` rows of cg channels.
+inline int64_t padded_rows_len(const conv_geometry& g, int64_t wo_pad) {
+  return wo_pad + (g.dil_w * (g.s - 1)) / g.stride_w + 1;
+}
+
+/// Fills a padded_rows for padded rows [row0, row0 + rows) of the image-group x ([cg, h, w]).
+template <class D, class S>
+void fill_padded_rows(const conv_geometry& g, const S* x, int64_t cg, padded_rows<D>& pr) {
+  const float* f8 = float8_table_for<S>();
+  for (int64_t ci = 0; ci < cg; ++ci)
+    for (int64_t row = pr.row0; row < pr.row0 + pr.rows; ++row) {
+      const int64_t ih = row - g.pad_top;
+      for (int64_t ph = 0; ph < pr.stride_w; ++ph) {
+        D* dst = const_cast<D*>(pr.at(ci, row, ph));
+        if (ih < 0 || ih >= g.h) {
+          std::fill(dst, dst + pr.len, D(0));
+          continue;
+        }
+        const S* src = x + (ci * g.h + ih) * g.w;
+        // m * stride + ph - pad_left in [0, w)
+        const int64_t off = ph - g.pad_left;
+        const int64_t lo = std::min(pr.len, off >= 0 ? 0 : (-off + pr.stride_w - 1) / pr.stride_w);
+        const int64_t hi = std::clamp<int64_t>(
+            g.w - off > 0 ? (g.w - off + pr.stride_w - 1) / pr.stride_w : 0, lo, pr.len);
+        std::fill(dst, dst + lo, D(0));
+        if (pr.stride_w == 1 && std::is_same_v<D, S>) {
+          if (hi > lo)
+            std::memcpy(dst + lo, src + lo + off, sizeof(D) * static_cast<size_t>(hi - lo));
+        } else {
+          for (int64_t m = lo; m < hi; ++m)
+            dst[m] = pack_convert<D>(src[m * pr.stride_w + off], f8);
+        }
+        std::fill(dst + hi, dst + pr.len, D(0));
+      }
+    }
+}
+
+/// Output rows [oh0, oh1) of output channels [k0, k0 + KB) of one image-group (y at channel
+/// k0, row 0), from padded rows xp (tap offsets off, padded_rows::tap_offsets) and weights w ([kg,
+/// cg, r, s] of the group, at k0). Computes NV vectors of output columns at a time (xp covers wo
+/// rounded up to NV vectors). bias (at k0) may be null.
+template <class Acc, int KB, int NV>
+void conv_direct_rows(const conv_geometry& g, const padded_rows<Acc>& xp, const int64_t* off,
+                      const Acc* w, const Acc* bias, bool relu, Acc* y, int64_t oh0, int64_t oh1) {
+  using V = simd::vec<Acc>;
+  constexpr int W = V::width, CW = NV * W;
+  const int64_t taps = g.cg() * g.taps(), P = g.ho * g.wo;
+  for (int64_t oh = oh0; oh < oh1; ++oh) {
+    const Acc* base = xp.row_base(g, oh);
+    for (int64_t ow_next = 0; ow_next < g.wo;) {
+      // The last block of a row at least CW wide is moved back to end at wo (recomputing a few
+      // columns) so that every store is a full vector; narrower rows go through a buffer.
+      const int64_t ow = ow_next + CW > g.wo && g.wo >= CW ? g.wo - CW : ow_next;
+      ow_next = ow + CW;
+      V acc[KB][NV];
+      for (int kb = 0; kb < KB; ++kb) {
+        const V b0 = V::broadcast(bias ? bias[kb] : Acc(0));
+        for (int v = 0; v < NV; ++v) acc[kb][v] = b0;
+      }
+      for (int64_t t = 0; t < taps; ++t) {
+        const Acc* src = base + off[t] + ow;
+        V xv[NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) xv[v] = V::load(src + v * W);
+#pragma GCC unroll 8
+        for (int kb = 0; kb < KB; ++kb) {
+          const V wv = V::broadcast(w[kb * taps + t]);
+#pragma GCC unroll 4
+          for (int v = 0; v < NV; ++v) acc[kb][v] = fma(wv, xv[v], acc[kb][v]);
+        }
+      }
+      const int64_t cols = std::min<int64_t>(CW, g.wo - ow);
+      for (int kb = 0; kb < KB; ++kb) {
+        Acc* out = y + kb * P + oh * g.wo + ow;
+        if (cols == CW) {
+          for (int v = 0; v < NV; ++v)
+            (relu ? simd::relu(acc[kb][v]) : acc[kb][v]).store(out + v * W);
+        } else {
+          alignas(64) Acc buf[CW];
+          for (int v = 0; v < NV; ++v)
+            (relu ? simd::relu(acc[kb][v]) : acc[kb][v]).store(buf + v * W);
+          for (int64_t q = 0; q < cols; ++q) out[q] = buf[q];
+        }
+      }
+    }
+  }
+}
+
+/// Weight gradient of JB consecutive taps (offsets off) of one output channel from output rows
+/// [oh0, oh1): dw[jb] += sum over rows and columns of dy(oh, ow) * x(tap). dy is the channel's
+/// [ho, wo] plane. Full vectors of output columns, then a scalar tail (dy rows are not padded).
+template <class Acc, int JB>
+void conv_direct_weight_taps(const conv_geometry& g, const padded_rows<Acc>& xp, const Acc* dy,
+                             const int64_t* off, int64_t oh0, int64_t oh1, Acc* dw) {
+  using V = simd::vec<Acc>;
+  constexpr int W = V::width;
+  V acc[JB];
+  Acc tail[JB] = {};
+  for (int jb = 0; jb < JB; ++jb) acc[jb] = V::broadcast(Acc(0));
+  const int64_t wo_full = g.wo / W * W;
+  for (int64_t oh = oh0; oh < oh1; ++oh) {
+    const Acc* base = xp.row_base(g, oh);
+    const Acc* src[JB];
+    for (int jb = 0; jb < JB; ++jb) src[jb] = base + off[jb];
+    const Acc* d = dy + oh * g.wo;
+    int64_t ow = 0;
+    for (; ow < wo_full; ow += W) {
+      const V dv = V::load(d + ow);
+#pragma GCC unroll 4
+      for (int jb = 0; jb < JB; ++jb) acc[jb] = fma(dv, V::load(src[jb] + ow), acc[jb]);
+    }
+    for (; ow < g.wo; ++ow)
+      for (int jb = 0; jb < JB; ++jb) tail[jb] += d[ow] * src[jb][ow];
+  }
+  for (int jb = 0; jb < JB; ++jb) {
+    alignas(64) Acc lanes[W];
+    acc[jb].store(lanes);
+    Acc sum = tail[jb];
+    for (int l = 0; l < W; ++l) sum += lanes[l];
+    dw[jb] += sum;
+  }
+}
+
+/// Weight gradient of output channels [0, kg) of one image-group from output rows [oh0, oh1):
+/// dw ([kg, cg, r, s]) += the products of dy ([kg, ho, wo] of the group) with the padded input.
+template <class Acc>
+void conv_direct_weight_rows(const conv_geometry& g, const padded_rows<Acc>& xp, const Acc* dy,
+                             Acc* dw, int64_t oh0, int64_t oh1) {
+  const int64_t cg = g.cg(), kg = g.kg(), P = g.ho * g.wo, taps = cg * g.taps();
+  int64_t off[4096];  // cg <= 4 taps of at most 32 x 32 (conv_use_direct)
+  xp.tap_offsets(g, cg, off);
+  for (int64_t kk = 0; kk < kg; ++kk)
+    for (int64_t ci = 0; ci < cg; ++ci)
+      for (int64_t i = 0; i < g.r; ++i)
+        for (int64_t j0 = 0; j0 < g.s; j0 += 4) {
+          const int64_t t = (ci * g.r + i) * g.s + j0;
+          Acc* out = dw + kk * taps + t;
+          const Acc* d = dy + kk * P;
+          switch (std::min<int64_t>(4, g.s - j0)) {
+            case 1:
+              conv_direct_weight_taps<Acc, 1>(g, xp, d, off + t, oh0, oh1, out);
+              break;
+            case 2:
+              conv_direct_weight_taps<Acc, 2>(g, xp, d, off + t, oh0, oh1, out);
+              break;
+            case 3:
+              conv_direct_weight_taps<Acc, 3>(g, xp, d, off + t, oh0, oh1, out);
+              break;
+            default:
+              conv_direct_weight_taps<Acc, 4>(g, xp, d, off + t, oh0, oh1, out);
+              break;
+          }
+        }
+}
+
+}  // namespace detail
+TESSERA_END_NAMESPACE
