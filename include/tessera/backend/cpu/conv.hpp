@@ -234,6 +234,66 @@ void conv_forward_direct(const conv_forward_problem<TX, TW, Acc>& p) {
       });
 }
 
+/// Floating types: implicit GEMM. The weights of every group are packed once into the
+/// micro-kernel's A panels ([q][mr] per block of mr output channels); each work item (a tile of
+/// output pixels of one image-group) lowers its pixels straight into B panels ([q][nr] per nr
+/// pixels, the layout the micro-kernel streams) and runs the micro-kernels over k blocks of kc
+/// taps, so neither operand is copied twice and nothing is packed per item but the image.
+template <class TX, class TW, class Acc>
+void conv_forward_implicit(const conv_forward_problem<TX, TW, Acc>& p) {
+  constexpr int MR = gemm_tile<Acc>::mr, NR = gemm_tile<Acc>::nr;
+  const conv_geometry& g = p.g;
+  const int64_t cg = g.cg(), kg = g.kg(), Q = cg * g.taps(), P = g.ho * g.wo;
+  const int64_t kg_pad = (kg + MR - 1) / MR * MR;
+  gemm_buffer packed_w;
+  Acc* wp =
+      static_cast<Acc*>(packed_w.get(sizeof(Acc) * static_cast<size_t>(g.groups * kg_pad * Q)));
+  for (int64_t gi = 0; gi < g.groups; ++gi)
+    pack_panels<MR>(p.w + gi * kg * Q, Q, 1, kg, Q, wp + gi * kg_pad * Q);
+  const int64_t kc = cached_gemm_blocks<Acc>().kc;
+  // B tile: half of L2, so that it stays there while all output channels stream over it.
+  const int64_t budget = host_caches().l2 / 2;
+  int64_t np = std::max<int64_t>(budget / (Q * static_cast<int64_t>(sizeof(Acc))) / NR, 1) * NR;
+  np = std::min(np, (P + NR - 1) / NR * NR);
+  const int64_t tiles = (P + np - 1) / np, units = g.n * g.groups;
+  conv_parallel_items(units * tiles, kg * Q * np, get_num_threads(), [&](int64_t item, int) {
+    const int64_t unit = item / tiles, p0 = item % tiles * np, cols = std::min(np, P - p0);
+    const int64_t img = unit / g.groups, gi = unit % g.groups;
+    const int64_t panels = (cols + NR - 1) / NR;
+    Acc* bt = static_cast<Acc*>(
+        thread_conv_tile().get(sizeof(Acc) * static_cast<size_t>(panels * Q * NR)));
+    const TX* x = p.x + (img * g.c + gi * cg) * g.h * g.w;
+    for (int64_t jp = 0; jp < panels; ++jp) {
+      const int64_t c = std::min<int64_t>(NR, cols - jp * NR);
+      Acc* panel = bt + jp * Q * NR;
+      im2col_tile(g, x, p0 + jp * NR, c, panel, NR);
+      if (c < NR)
+        for (int64_t q = 0; q < Q; ++q) std::fill(panel + q * NR + c, panel + (q + 1) * NR, Acc(0));
+    }
+    Acc* y = p.y + (img * g.k + gi * kg) * P + p0;
+    const Acc* a = wp + gi * kg_pad * Q;
+    for (int64_t pc = 0; pc < Q; pc += kc) {
+      const int64_t kb = std::min(kc, Q - pc);
+      gemm_epilogue<Acc> ep;
+      ep.beta = pc == 0 ? Acc(0) : Acc(1);
+      ep.read_c = pc > 0;
+      if (pc + kb == Q) {
+        if (p.bias)
+          ep.bias = p.bias + gi * kg, ep.bias_stride = 1, ep.bias_kind = gemm_bias::per_row;
+        ep.relu = p.relu;
+      }
+      for (int64_t jp = 0; jp < panels; ++jp) {
+        const int nr_eff = static_cast<int>(std::min<int64_t>(NR, cols - jp * NR));
+        for (int64_t i0 = 0; i0 < kg; i0 += MR) {
+          const int mr_eff = static_cast<int>(std::min<int64_t>(MR, kg - i0));
+          gemm_micro_fp<Acc, MR>(kb, a + i0 * Q + pc * MR, bt + jp * Q * NR + pc * NR, NR,
+                                 y + i0 * P + jp * NR, P, 1, mr_eff, nr_eff, ep, i0, 0);
+        }
+      }
+    }
+  });
+}
+
 template <class TX, class TW, class Acc>
 void conv_forward_cpu(const conv_forward_problem<TX, TW, Acc>& p) {
   const conv_geometry& g = p.g;
@@ -243,8 +303,10 @@ void conv_forward_cpu(const conv_forward_problem<TX, TW, Acc>& p) {
   }
   if (g.is_pointwise())
     conv_forward_pointwise(p);
-  else
+  else if constexpr (std::is_integral_v<Acc>)
     conv_forward_lowered(p);
+  else
+    conv_forward_implicit(p);
 }
 
 // ----------------------------------------------------------------------------- input gradient

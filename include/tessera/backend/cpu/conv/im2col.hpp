@@ -32,26 +32,37 @@ inline conv_span conv_valid_span(int64_t off, int64_t stride, int64_t w, int64_t
   return {l, h};
 }
 
-/// Calls f(q, ci, i, j, row_of_input_or_null, oh, ow_begin, ow_end, col) for every tile row q =
+/// Calls f(q, ci, i, j, row_of_input_or_null, ow_begin, ow_end, col) for every tile row q =
 /// (ci, i, j) and every run of output pixels [p0, p0 + np) that lies in one output row; col is
 /// the run's first column within the tile. The input row is null where the tap falls into the
-/// top or bottom padding.
+/// top or bottom padding. The runs are found once per tile (no divisions per row).
 template <class S, class F>
 TESSERA_ALWAYS_INLINE void for_each_tile_run(const conv_geometry& g, S* x, int64_t p0, int64_t np,
                                              F&& f) {
+  struct run {
+    int64_t oh, ow0, ow1, col;
+  };
+  constexpr int max_runs = 64;  // a tile over more rows (narrow images) goes in several batches
+  run runs[max_runs];
   const int64_t cg = g.cg();
-  int64_t q = 0;
-  for (int64_t ci = 0; ci < cg; ++ci)
-    for (int64_t i = 0; i < g.r; ++i)
-      for (int64_t j = 0; j < g.s; ++j, ++q)
-        for (int64_t p = p0; p < p0 + np;) {
-          const int64_t oh = p / g.wo, ow0 = p % g.wo;
-          const int64_t ow1 = std::min(g.wo, ow0 + (p0 + np - p));
-          const int64_t ih = oh * g.stride_h - g.pad_top + i * g.dil_h;
-          S* row = ih >= 0 && ih < g.h ? x + (ci * g.h + ih) * g.w : nullptr;
-          f(q, ci, i, j, row, ow0, ow1, p - p0);
-          p += ow1 - ow0;
-        }
+  for (int64_t p = p0; p < p0 + np;) {
+    int nruns = 0;
+    for (; p < p0 + np && nruns < max_runs; ++nruns) {
+      const int64_t oh = p / g.wo, ow0 = p % g.wo, ow1 = std::min(g.wo, ow0 + (p0 + np - p));
+      runs[nruns] = {oh, ow0, ow1, p - p0};
+      p += ow1 - ow0;
+    }
+    int64_t q = 0;
+    for (int64_t ci = 0; ci < cg; ++ci)
+      for (int64_t i = 0; i < g.r; ++i)
+        for (int64_t j = 0; j < g.s; ++j, ++q)
+          for (int u = 0; u < nruns; ++u) {
+            const run& rn = runs[u];
+            const int64_t ih = rn.oh * g.stride_h - g.pad_top + i * g.dil_h;
+            S* row = ih >= 0 && ih < g.h ? x + (ci * g.h + ih) * g.w : nullptr;
+            f(q, ci, i, j, row, rn.ow0, rn.ow1, rn.col);
+          }
+  }
 }
 
 /// tile[q * ld + col] = x value for row q and output pixel p0 + col (zero in the padding),
