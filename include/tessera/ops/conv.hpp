@@ -138,6 +138,12 @@ Tensor<Acc, B> conv_target(const Tensor<TO, B>& out, const In&... in) {
   return Tensor<Acc, B>(out.shape());
 }
 
+/// Whether a kernel's target is the caller's output itself (then nothing is copied back).
+template <class A, class B2, class B>
+bool same_data(const Tensor<A, B>& target, const Tensor<B2, B>& out) {
+  return static_cast<const void*>(target.data()) == static_cast<const void*>(out.data());
+}
+
 template <class TX, class TW>
 void conv_check_forward_dtypes(std::string_view op) {
   if constexpr (!gemm_supported_v<TX, TW>)
@@ -170,6 +176,9 @@ void conv_forward_into(std::string_view op, const Tensor<TX, B>& x0, const Tenso
     if constexpr (std::is_integral_v<Acc> == std::is_integral_v<TO>) {
       Tensor<Acc, B> bias;
       if (bias0.defined()) {
+        if (std::is_integral_v<Acc> && !std::is_integral_v<TBias>)
+          fail<dtype_error>(op, "an 8-bit integer convolution adds an integer bias (int32), not ",
+                            dtype_name<TBias>);
         if (bias0.rank() != 1 || bias0.shape()[0] != g.k)
           fail<shape_error>(op, "bias has shape ", bias0.shape(), ", expected [", g.k, "]");
         if constexpr (std::is_same_v<TBias, Acc>)
@@ -184,7 +193,7 @@ void conv_forward_into(std::string_view op, const Tensor<TX, B>& x0, const Tenso
       pr.g = g, pr.x = x.data(), pr.w = w.data(), pr.y = target.data();
       pr.bias = bias.defined() ? bias.data() : nullptr, pr.relu = relu;
       backend::conv_kernel<B>::run(pr);
-      if (!target.shares_storage_with(out) || target.data() != out.data()) out.copy_(target);
+      if (!same_data(target, out)) out.copy_(target);
     }
   } else {
     conv_check_forward_dtypes<TX, TW>(op);
@@ -216,7 +225,7 @@ void conv_backward_input_into(std::string_view op, const Tensor<TG, B>& dy0,
     conv_backward_input_problem<TG, TW, Acc> pr;
     pr.g = g, pr.dy = dy.data(), pr.w = w.data(), pr.dx = target.data();
     backend::conv_kernel<B>::run(pr);
-    if (target.data() != out.data()) out.copy_(target);
+    if (!same_data(target, out)) out.copy_(target);
   } else {
     conv_check_backward_dtypes<TG, TW>(op);
   }
@@ -258,7 +267,7 @@ Tensor<conv_t<TX, TG>, B> conv_backward_weight_of(std::string_view op, const Ten
     conv_backward_weight_problem<TX, TG, Acc> pr;
     pr.g = g, pr.x = x.data(), pr.dy = dy.data(), pr.dw = target.data();
     backend::conv_kernel<B>::run(pr);
-    if (target.data() != dw.data()) dw.copy_(target);
+    if (!same_data(target, dw)) dw.copy_(target);
   }
   return dw;
 }
@@ -367,8 +376,10 @@ void conv_transpose2d_into(std::string_view op, const Tensor<TX, B>& x, const Te
 template <element_type TX, element_type TW, element_type TBias, class B>
 Tensor<conv_t<TX, TW>, B> conv2d(const Tensor<TX, B>& x, const Tensor<TW, B>& w,
                                  const Tensor<TBias, B>& bias, const Conv2dOptions& opts = {}) {
-  if (x.defined() && x.rank() == 3) return conv2d(x.unsqueeze(0), w, bias, opts).squeeze(0);
-  return detail::conv2d_impl("conv2d", x, w, bias, detail::conv_params_of(opts), opts.relu);
+  const bool unbatched = x.defined() && x.rank() == 3;
+  auto y = detail::conv2d_impl("conv2d", unbatched ? x.unsqueeze(0) : x, w, bias,
+                               detail::conv_params_of(opts), opts.relu);
+  return unbatched ? y.squeeze(0) : y;
 }
 /// conv2d without bias.
 template <element_type TX, element_type TW, class B>
@@ -420,15 +431,18 @@ Tensor<TG, B> conv2d_backward_bias(const Tensor<TG, B>& grad_output) {
   return detail::conv_backward_bias_impl("conv2d_backward_bias", grad_output);
 }
 
-/// 1-D convolution of x [N, C, L] with weights [K, C/groups, S] (+ bias [K]): y [N, K, Lo].
+/// 1-D convolution of x [N, C, L] (or [C, L]) with weights [K, C/groups, S] (+ bias [K]):
+/// y [N, K, Lo].
 /// Same rules and errors as conv2d.
 template <element_type TX, element_type TW, element_type TBias, class B>
 Tensor<conv_t<TX, TW>, B> conv1d(const Tensor<TX, B>& x, const Tensor<TW, B>& w,
                                  const Tensor<TBias, B>& bias, const Conv1dOptions& opts = {}) {
-  const auto x2 = detail::as_2d_signal("conv1d", x, "input");
+  const bool unbatched = x.defined() && x.rank() == 2;
+  const auto x2 = detail::as_2d_signal("conv1d", unbatched ? x.unsqueeze(0) : x, "input");
   const auto w2 = detail::as_2d_signal("conv1d", w, "weight");
-  return detail::conv2d_impl("conv1d", x2, w2, bias, detail::conv_params_of(opts), opts.relu)
-      .squeeze(2);
+  auto y = detail::conv2d_impl("conv1d", x2, w2, bias, detail::conv_params_of(opts), opts.relu)
+               .squeeze(2);
+  return unbatched ? y.squeeze(0) : y;
 }
 /// conv1d without bias.
 template <element_type TX, element_type TW, class B>

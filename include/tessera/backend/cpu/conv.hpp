@@ -298,6 +298,15 @@ template <class TX, class TW, class Acc>
 void conv_forward_cpu(const conv_forward_problem<TX, TW, Acc>& p) {
   const conv_geometry& g = p.g;
   if (g.n == 0 || g.k == 0 || g.ho == 0 || g.wo == 0) return;
+  if (g.c == 0) {  // no input channels: the bias (then relu) alone
+    const int64_t P = g.ho * g.wo;
+    for (int64_t i = 0; i < g.n * g.k; ++i) {
+      Acc v = p.bias ? p.bias[i % g.k] : Acc(0);
+      if (p.relu && v < Acc(0)) v = Acc(0);
+      std::fill(p.y + i * P, p.y + (i + 1) * P, v);
+    }
+    return;
+  }
   if constexpr (simd::available<Acc>) {
     if (conv_use_direct<Acc>(g)) return conv_forward_direct(p);
   }
