@@ -247,9 +247,9 @@ void conv_forward_direct(const conv_forward_problem<TX, TW, Acc>& p) {
 
 /// Floating types: implicit GEMM. The weights of every group are packed once into the
 /// micro-kernel's A panels ([q][mr] per block of mr output channels); each work item (a tile of
-/// output pixels of one image-group) lowers its pixels straight into B panels ([q][nr] per nr
-/// pixels, the layout the micro-kernel streams) and runs the micro-kernels over k blocks of kc
-/// taps, so neither operand is copied twice and nothing is packed per item but the image.
+/// output pixels of one image-group) lowers its pixels once into a row-major tile that the
+/// micro-kernels read in place, over k blocks of kc taps: neither operand is copied twice and
+/// nothing is packed per item but the image.
 template <class TX, class TW, class Acc>
 void conv_forward_implicit(const conv_forward_problem<TX, TW, Acc>& p) {
   constexpr int MR = gemm_tile<Acc>::mr, NR = gemm_tile<Acc>::nr;
@@ -270,17 +270,13 @@ void conv_forward_implicit(const conv_forward_problem<TX, TW, Acc>& p) {
   conv_parallel_items(units * tiles, kg * Q * np, get_num_threads(), [&](int64_t item, int) {
     const int64_t unit = item / tiles, p0 = item % tiles * np, cols = std::min(np, P - p0);
     const int64_t img = unit / g.groups, gi = unit % g.groups;
-    const int64_t panels = (cols + NR - 1) / NR;
-    Acc* bt = static_cast<Acc*>(
-        thread_conv_tile().get(sizeof(Acc) * static_cast<size_t>(panels * Q * NR)));
-    const TX* x = p.x + (img * g.c + gi * cg) * g.h * g.w;
-    for (int64_t jp = 0; jp < panels; ++jp) {
-      const int64_t c = std::min<int64_t>(NR, cols - jp * NR);
-      Acc* panel = bt + jp * Q * NR;
-      im2col_tile(g, x, p0 + jp * NR, c, panel, NR);
-      if (c < NR)
-        for (int64_t q = 0; q < Q; ++q) std::fill(panel + q * NR + c, panel + (q + 1) * NR, Acc(0));
-    }
+    const int64_t panels = (cols + NR - 1) / NR, ld = panels * NR;
+    // The tile is row-major [Q][ld]: whole output rows are single runs of the lowering, and the
+    // micro-kernel reads its B panels in place (row stride ld). Columns past cols are zero.
+    Acc* bt = static_cast<Acc*>(thread_conv_tile().get(sizeof(Acc) * static_cast<size_t>(Q * ld)));
+    im2col_tile(g, p.x + (img * g.c + gi * cg) * g.h * g.w, p0, cols, bt, ld);
+    if (cols < ld)
+      for (int64_t q = 0; q < Q; ++q) std::fill(bt + q * ld + cols, bt + (q + 1) * ld, Acc(0));
     Acc* y = p.y + (img * g.k + gi * kg) * P + p0;
     const Acc* a = wp + gi * kg_pad * Q;
     for (int64_t pc = 0; pc < Q; pc += kc) {
@@ -297,7 +293,7 @@ void conv_forward_implicit(const conv_forward_problem<TX, TW, Acc>& p) {
         const int nr_eff = static_cast<int>(std::min<int64_t>(NR, cols - jp * NR));
         for (int64_t i0 = 0; i0 < kg; i0 += MR) {
           const int mr_eff = static_cast<int>(std::min<int64_t>(MR, kg - i0));
-          gemm_micro_fp<Acc, MR>(kb, a + i0 * Q + pc * MR, bt + jp * Q * NR + pc * NR, NR,
+          gemm_micro_fp<Acc, MR>(kb, a + i0 * Q + pc * MR, bt + pc * ld + jp * NR, ld,
                                  y + i0 * P + jp * NR, P, 1, mr_eff, nr_eff, ep, i0, 0);
         }
       }
