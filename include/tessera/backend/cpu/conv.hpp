@@ -37,9 +37,9 @@ using im2col_t = std::conditional_t<std::is_integral_v<Acc>, TX, Acc>;
 /// a quarter of a typical L2, so it is still cached when the GEMM packs it; a multiple of the
 /// micro-tile width, at least one micro-tile, at most all pixels.
 template <class Acc>
-int64_t conv_tile_columns(int64_t rows, int64_t elem, int64_t pixels) {
+int64_t conv_tile_columns(int64_t rows, int64_t elem, int64_t pixels,
+                          int64_t budget = int64_t{128} << 10) {
   constexpr int64_t nr = gemm_tile<Acc>::nr;
-  const int64_t budget = int64_t{128} << 10;
   int64_t np = budget / std::max<int64_t>(rows * elem, 1);
   np = std::max<int64_t>(np / nr, 1) * nr;
   return std::min(np, pixels);
@@ -58,6 +58,11 @@ inline gemm_buffer& thread_conv_weights() {
   return b;
 }
 inline gemm_buffer& thread_conv_partials() {
+  static thread_local gemm_buffer b;
+  return b;
+}
+/// This thread's second work buffer (zero-padded output-gradient rows of the direct kernels).
+inline gemm_buffer& thread_conv_aux() {
   static thread_local gemm_buffer b;
   return b;
 }
@@ -420,7 +425,9 @@ void conv_backward_weight_cpu(const conv_backward_weight_problem<TX, TG, Acc>& p
   const bool pointwise = g.is_pointwise();
   const int64_t units = g.n * g.groups;
   // Items: pixel tiles of image-groups (lowered), or row ranges of image-groups (direct).
-  const int64_t np = pointwise ? P : conv_tile_columns<Acc>(Q, sizeof(D), P);
+  // Pixels per item: the GEMM's k, so as many as half of L2 holds (few, short GEMMs would read
+  // the small dy panel in place, with eight strided rows per step).
+  const int64_t np = pointwise ? P : conv_tile_columns<Acc>(Q, sizeof(D), P, host_caches().l2 / 2);
   const conv_row_split sp = conv_split_rows(units, g.ho, get_num_threads());
   const int64_t per_unit = direct ? sp.chunks : (P + np - 1) / np;
   const int64_t items = units * per_unit;
@@ -438,8 +445,14 @@ void conv_backward_weight_cpu(const conv_backward_weight_problem<TX, TG, Acc>& p
     if constexpr (std::is_same_v<TG, Acc> && simd::available<Acc>) {
       if (direct) {
         const int64_t oh0 = item % per_unit * sp.rows, oh1 = std::min(g.ho, oh0 + sp.rows);
-        const padded_rows<Acc> xp = conv_padded_rows_for<Acc>(g, x, oh0, oh1, g.wo);
-        conv_direct_weight_rows(g, xp, dy, dw + gi * kg * Q, oh0, oh1);
+        constexpr int64_t width = simd::vec<Acc>::width;
+        const int64_t ld = (g.wo + width - 1) / width * width, rows = oh1 - oh0;
+        const padded_rows<Acc> xp = conv_padded_rows_for<Acc>(g, x, oh0, oh1, ld);
+        Acc* dyp = static_cast<Acc*>(
+            thread_conv_aux().get(sizeof(Acc) * static_cast<size_t>(kg * rows * ld)));
+        for (int64_t kk = 0; kk < kg; ++kk)
+          copy_rows_padded(dy + kk * P + oh0 * g.wo, g.wo, rows, g.wo, dyp + kk * rows * ld, ld);
+        conv_direct_weight_rows(g, xp, dyp, ld, dw + gi * kg * Q, oh0, oh1);
         return;
       }
     }

@@ -138,71 +138,59 @@ void conv_direct_rows(const conv_geometry& g, const padded_rows<Acc>& xp, const 
   }
 }
 
-/// Weight gradient of JB consecutive taps (offsets off) of one output channel from output rows
-/// [oh0, oh1): dw[jb] += sum over rows and columns of dy(oh, ow) * x(tap). dy is the channel's
-/// [ho, wo] plane. Full vectors of output columns, then a scalar tail (dy rows are not padded).
+/// Weight gradient of JB taps (offsets off) of one output channel from output rows [oh0, oh1):
+/// dw[jb] += sum over rows and columns of dy(oh, ow) * x(tap). dy holds the rows [oh0, oh1) of
+/// the channel, ld apart, zero-padded to ld (a multiple of the vector width) columns, so that
+/// every row is whole vectors; xp covers ld columns.
 template <class Acc, int JB>
 void conv_direct_weight_taps(const conv_geometry& g, const padded_rows<Acc>& xp, const Acc* dy,
-                             const int64_t* off, int64_t oh0, int64_t oh1, Acc* dw) {
+                             int64_t ld, const int64_t* off, int64_t oh0, int64_t oh1, Acc* dw) {
   using V = simd::vec<Acc>;
   constexpr int W = V::width;
   V acc[JB];
-  Acc tail[JB] = {};
   for (int jb = 0; jb < JB; ++jb) acc[jb] = V::broadcast(Acc(0));
-  const int64_t wo_full = g.wo / W * W;
   for (int64_t oh = oh0; oh < oh1; ++oh) {
     const Acc* base = xp.row_base(g, oh);
-    const Acc* src[JB];
-    for (int jb = 0; jb < JB; ++jb) src[jb] = base + off[jb];
-    const Acc* d = dy + oh * g.wo;
-    int64_t ow = 0;
-    for (; ow < wo_full; ow += W) {
+    const Acc* d = dy + (oh - oh0) * ld;
+    for (int64_t ow = 0; ow < ld; ow += W) {
       const V dv = V::load(d + ow);
-#pragma GCC unroll 4
-      for (int jb = 0; jb < JB; ++jb) acc[jb] = fma(dv, V::load(src[jb] + ow), acc[jb]);
+#pragma GCC unroll 9
+      for (int jb = 0; jb < JB; ++jb) acc[jb] = fma(dv, V::load(base + off[jb] + ow), acc[jb]);
     }
-    for (; ow < g.wo; ++ow)
-      for (int jb = 0; jb < JB; ++jb) tail[jb] += d[ow] * src[jb][ow];
   }
   for (int jb = 0; jb < JB; ++jb) {
     alignas(64) Acc lanes[W];
     acc[jb].store(lanes);
-    Acc sum = tail[jb];
+    Acc sum = 0;
     for (int l = 0; l < W; ++l) sum += lanes[l];
     dw[jb] += sum;
   }
 }
 
 /// Weight gradient of output channels [0, kg) of one image-group from output rows [oh0, oh1):
-/// dw ([kg, cg, r, s]) += the products of dy ([kg, ho, wo] of the group) with the padded input.
+/// dw ([kg, cg, r, s]) += the products of dy with the padded input. dy: the group's channels,
+/// rows [oh0, oh1) each, zero-padded to ld columns (conv_direct_weight_taps); taps are taken
+/// eight at a time, so each dy vector load serves eight multiply-adds.
 template <class Acc>
 void conv_direct_weight_rows(const conv_geometry& g, const padded_rows<Acc>& xp, const Acc* dy,
-                             Acc* dw, int64_t oh0, int64_t oh1) {
-  const int64_t cg = g.cg(), kg = g.kg(), P = g.ho * g.wo, taps = cg * g.taps();
+                             int64_t ld, Acc* dw, int64_t oh0, int64_t oh1) {
+  const int64_t kg = g.kg(), taps = g.cg() * g.taps(), plane = (oh1 - oh0) * ld;
   int64_t off[4096];  // cg <= 4 taps of at most 32 x 32 (conv_use_direct)
-  xp.tap_offsets(g, cg, off);
-  for (int64_t kk = 0; kk < kg; ++kk)
-    for (int64_t ci = 0; ci < cg; ++ci)
-      for (int64_t i = 0; i < g.r; ++i)
-        for (int64_t j0 = 0; j0 < g.s; j0 += 4) {
-          const int64_t t = (ci * g.r + i) * g.s + j0;
-          Acc* out = dw + kk * taps + t;
-          const Acc* d = dy + kk * P;
-          switch (std::min<int64_t>(4, g.s - j0)) {
-            case 1:
-              conv_direct_weight_taps<Acc, 1>(g, xp, d, off + t, oh0, oh1, out);
-              break;
-            case 2:
-              conv_direct_weight_taps<Acc, 2>(g, xp, d, off + t, oh0, oh1, out);
-              break;
-            case 3:
-              conv_direct_weight_taps<Acc, 3>(g, xp, d, off + t, oh0, oh1, out);
-              break;
-            default:
-              conv_direct_weight_taps<Acc, 4>(g, xp, d, off + t, oh0, oh1, out);
-              break;
-          }
-        }
+  xp.tap_offsets(g, g.cg(), off);
+  for (int64_t kk = 0; kk < kg; ++kk) {
+    const Acc* d = dy + kk * plane;
+    Acc* out = dw + kk * taps;
+    int64_t t = 0;
+    if (taps == 9) {  // one 3x3 kernel: a single pass
+      conv_direct_weight_taps<Acc, 9>(g, xp, d, ld, off, oh0, oh1, out);
+      continue;
+    }
+    for (; t + 8 <= taps; t += 8)
+      conv_direct_weight_taps<Acc, 8>(g, xp, d, ld, off + t, oh0, oh1, out + t);
+    for (; t + 4 <= taps; t += 4)
+      conv_direct_weight_taps<Acc, 4>(g, xp, d, ld, off + t, oh0, oh1, out + t);
+    for (; t < taps; ++t) conv_direct_weight_taps<Acc, 1>(g, xp, d, ld, off + t, oh0, oh1, out + t);
+  }
 }
 
 }  // namespace detail

@@ -66,6 +66,17 @@ TESSERA_DETAIL_KEEP_LOOPS TESSERA_ALWAYS_INLINE void copy_short(D* dst, const S*
   for (; i < n; ++i) dst[i] = pack_convert<D>(src[i * stride], f8);
 }
 
+/// rows x cols of src (row stride src_ld) into dst with row stride dst_ld >= cols, the columns
+/// past cols zeroed.
+template <class D>
+TESSERA_DETAIL_KEEP_LOOPS void copy_rows_padded(const D* src, int64_t src_ld, int64_t rows,
+                                                int64_t cols, D* dst, int64_t dst_ld) {
+  for (int64_t r = 0; r < rows; ++r) {
+    copy_short(dst + r * dst_ld, src + r * src_ld, cols, 1, nullptr);
+    zero_short(dst + r * dst_ld + cols, dst_ld - cols);
+  }
+}
+
 /// Calls f(q, ci, i, j, row_of_input_or_null, ow_begin, ow_end, col) for every tile row q =
 /// (ci, i, j) and every run of output pixels [p0, p0 + np) that lies in one output row; col is
 /// the run's first column within the tile. The input row is null where the tap falls into the
