@@ -390,7 +390,8 @@ void conv_backward_input_cpu(const conv_backward_input_problem<TG, TW, Acc>& p) 
   // General: per image-group (one thread owns its dx planes), tiles of dcol = w_gᵀ · dy, each
   // scattered back into dx.
   std::fill(p.dx, p.dx + in_numel, Acc(0));
-  const int64_t np = conv_tile_columns<Acc>(Q, sizeof(Acc), P);
+  // Wide tiles: each GEMM packs all of wᵀ again, so fewer, longer ones (half of L2).
+  const int64_t np = conv_tile_columns<Acc>(Q, sizeof(Acc), P, host_caches().l2 / 2);
   conv_parallel_items(g.n * g.groups, kg * Q * P, get_num_threads(), [&](int64_t unit, int) {
     const int64_t img = unit / g.groups, gi = unit % g.groups;
     Acc* tile =

@@ -145,13 +145,18 @@ TESSERA_DETAIL_KEEP_LOOPS void im2col_tile(const conv_geometry& g, const S* x, i
 template <class Acc>
 void col2im_tile_add(const conv_geometry& g, const Acc* tile, int64_t ld, int64_t p0, int64_t np,
                      Acc* x) {
+  constexpr int64_t max_cached = 64;  // as im2col_tile: no divisions per run
+  conv_span valid[max_cached];
+  for (int64_t j = 0; j < std::min(g.s, max_cached); ++j)
+    valid[j] = conv_valid_span(j * g.dil_w - g.pad_left, g.stride_w, g.w, 0, g.wo);
   for_each_tile_run(
       g, x, p0, np,
       [&](int64_t q, int64_t, int64_t, int64_t j, Acc* row, int64_t ow0, int64_t ow1, int64_t col) {
         if (!row) return;
         const Acc* src = tile + q * ld + col - ow0;  // indexed by ow
         const int64_t off = j * g.dil_w - g.pad_left;
-        const conv_span v = conv_valid_span(off, g.stride_w, g.w, ow0, ow1);
+        conv_span v = j < max_cached ? valid[j] : conv_valid_span(off, g.stride_w, g.w, 0, g.wo);
+        v.lo = std::clamp(v.lo, ow0, ow1), v.hi = std::clamp(v.hi, v.lo, ow1);
         Acc* dst = row + off;
         if (g.stride_w == 1) {
 #pragma omp simd
