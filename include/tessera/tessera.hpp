@@ -13,11 +13,13 @@
 #include "backend/cpu/reduce.hpp"
 #include "backend/cpu/gemm.hpp"
 #include "backend/cpu/conv.hpp"
+#include "backend/cpu/pool.hpp"
 #include "core/tensor_copy.hpp"
 #include "core/creation.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/reduce.hpp"
 #include "ops/matmul.hpp"
 #include "ops/conv.hpp"
+#include "ops/pool.hpp"
 #include "io/print.hpp"
 // clang-format on
