@@ -149,13 +149,26 @@ void conv_direct_weight_taps(const conv_geometry& g, const padded_rows<Acc>& xp,
   constexpr int W = V::width;
   V acc[JB];
   for (int jb = 0; jb < JB; ++jb) acc[jb] = V::broadcast(Acc(0));
+  // The input past column wo of a tap is real data (an Inf there times dy's zero padding would
+  // give NaN): the last vector of each row reads it through a lane mask.
+  const int64_t full = g.wo / W * W;
+  alignas(64) Acc lane_index[W];
+  for (int l = 0; l < W; ++l) lane_index[l] = static_cast<Acc>(l);
+  const auto tail = simd::lt(V::load(lane_index), V::broadcast(static_cast<Acc>(g.wo - full)));
+  const V zero = V::broadcast(Acc(0));
   for (int64_t oh = oh0; oh < oh1; ++oh) {
     const Acc* base = xp.row_base(g, oh);
     const Acc* d = dy + (oh - oh0) * ld;
-    for (int64_t ow = 0; ow < ld; ow += W) {
+    for (int64_t ow = 0; ow < full; ow += W) {
       const V dv = V::load(d + ow);
 #pragma GCC unroll 9
       for (int jb = 0; jb < JB; ++jb) acc[jb] = fma(dv, V::load(base + off[jb] + ow), acc[jb]);
+    }
+    if (full < g.wo) {
+      const V dv = V::load(d + full);
+#pragma GCC unroll 9
+      for (int jb = 0; jb < JB; ++jb)
+        acc[jb] = fma(dv, simd::select(tail, V::load(base + off[jb] + full), zero), acc[jb]);
     }
   }
   for (int jb = 0; jb < JB; ++jb) {
