@@ -45,24 +45,17 @@ int64_t conv_tile_columns(int64_t rows, int64_t elem, int64_t pixels,
   return std::min(np, pixels);
 }
 
-/// This thread's im2col (or col2im) tile buffer.
-inline gemm_buffer& thread_conv_tile() {
-  static thread_local gemm_buffer b;
-  return b;
-}
-/// The calling thread's buffers for packed weights and weight-gradient partials: kept between
-/// calls, since a fresh multi-megabyte block page-faults on every first touch (measured: 11% of a
-/// [8, 256, 14, 14] 3x3 forward).
-inline gemm_buffer& thread_conv_weights() {
-  static thread_local gemm_buffer b;
-  return b;
-}
-inline gemm_buffer& thread_conv_partials() {
-  static thread_local gemm_buffer b;
-  return b;
-}
-/// This thread's second work buffer (zero-padded output-gradient rows of the direct kernels).
-inline gemm_buffer& thread_conv_aux() {
+/// What a per-thread convolution buffer holds. Buffers are kept between calls: a fresh
+/// multi-megabyte block page-faults on every first touch (measured: 11% of a [8, 256, 14, 14]
+/// 3x3 forward when the packed weights were allocated per call).
+enum class conv_buffer {
+  tile,      // im2col / col2im tile, or the padded input rows of the direct kernels
+  weights,   // packed weights (calling thread)
+  partials,  // weight-gradient partial sums of the other threads (calling thread)
+  aux,       // zero-padded output-gradient rows of the direct weight gradient
+};
+template <conv_buffer Role>
+gemm_buffer& thread_conv_buffer() {
   static thread_local gemm_buffer b;
   return b;
 }
@@ -134,7 +127,8 @@ void conv_forward_lowered(const conv_forward_problem<TX, TW, Acc>& p) {
   conv_parallel_items(units * tiles, kg * Q * np, get_num_threads(), [&](int64_t item, int) {
     const int64_t unit = item / tiles, p0 = item % tiles * np, cols = std::min(np, P - p0);
     const int64_t img = unit / g.groups, gi = unit % g.groups;
-    D* tile = static_cast<D*>(thread_conv_tile().get(sizeof(D) * static_cast<size_t>(Q * np)));
+    D* tile = static_cast<D*>(
+        thread_conv_buffer<conv_buffer::tile>().get(sizeof(D) * static_cast<size_t>(Q * np)));
     im2col_tile(g, p.x + (img * g.c + gi * cg) * g.h * g.w, p0, cols, tile, cols);
     gemm_problem<TW, D, Acc> pr;
     pr.m = kg, pr.n = cols, pr.k = Q;
@@ -184,7 +178,7 @@ padded_rows<Acc> conv_padded_rows_for(const conv_geometry& g, const TX* x, int64
   xp.len = padded_rows_len(g, wo_cover);
   xp.stride_w = g.stride_w;
   const int64_t cg = g.cg();
-  xp.data = static_cast<Acc*>(thread_conv_tile().get(
+  xp.data = static_cast<Acc*>(thread_conv_buffer<conv_buffer::tile>().get(
       sizeof(Acc) * static_cast<size_t>(cg * xp.rows * xp.stride_w * xp.len)));
   fill_padded_rows(g, x, cg, xp);
   return xp;
@@ -278,7 +272,8 @@ void conv_forward_implicit(const conv_forward_problem<TX, TW, Acc>& p) {
     const int64_t panels = (cols + NR - 1) / NR, ld = panels * NR;
     // The tile is row-major [Q][ld]: whole output rows are single runs of the lowering, and the
     // micro-kernel reads its B panels in place (row stride ld). Columns past cols are zero.
-    Acc* bt = static_cast<Acc*>(thread_conv_tile().get(sizeof(Acc) * static_cast<size_t>(Q * ld)));
+    Acc* bt = static_cast<Acc*>(
+        thread_conv_buffer<conv_buffer::tile>().get(sizeof(Acc) * static_cast<size_t>(Q * ld)));
     im2col_tile(g, p.x + (img * g.c + gi * cg) * g.h * g.w, p0, cols, bt, ld);
     if (cols < ld)
       for (int64_t q = 0; q < Q; ++q) std::fill(bt + q * ld + cols, bt + (q + 1) * ld, Acc(0));
@@ -394,8 +389,8 @@ void conv_backward_input_cpu(const conv_backward_input_problem<TG, TW, Acc>& p) 
   const int64_t np = conv_tile_columns<Acc>(Q, sizeof(Acc), P, host_caches().l2 / 2);
   conv_parallel_items(g.n * g.groups, kg * Q * P, get_num_threads(), [&](int64_t unit, int) {
     const int64_t img = unit / g.groups, gi = unit % g.groups;
-    Acc* tile =
-        static_cast<Acc*>(thread_conv_tile().get(sizeof(Acc) * static_cast<size_t>(Q * np)));
+    Acc* tile = static_cast<Acc*>(
+        thread_conv_buffer<conv_buffer::tile>().get(sizeof(Acc) * static_cast<size_t>(Q * np)));
     for (int64_t p0 = 0; p0 < P; p0 += np) {
       const int64_t cols = std::min(np, P - p0);
       gemm_problem<TW, TG, Acc> pr;
@@ -439,7 +434,8 @@ void conv_backward_weight_cpu(const conv_backward_weight_problem<TX, TG, Acc>& p
   const int threads = static_cast<int>(std::min<int64_t>(get_num_threads(), items));
   // Thread 0 accumulates into dw itself; the others into partial copies.
   const size_t partial_numel = static_cast<size_t>(std::max(threads - 1, 0) * dw_numel);
-  Acc* partial = static_cast<Acc*>(thread_conv_partials().get(sizeof(Acc) * partial_numel));
+  Acc* partial = static_cast<Acc*>(
+      thread_conv_buffer<conv_buffer::partials>().get(sizeof(Acc) * partial_numel));
   std::fill(partial, partial + partial_numel, Acc(0));
   const int64_t cost = kg * Q * (direct ? sp.rows * g.wo : np);
   conv_parallel_items(items, cost, threads, [&](int64_t item, int t) {
@@ -453,8 +449,8 @@ void conv_backward_weight_cpu(const conv_backward_weight_problem<TX, TG, Acc>& p
         constexpr int64_t width = simd::vec<Acc>::width;
         const int64_t ld = (g.wo + width - 1) / width * width, rows = oh1 - oh0;
         const padded_rows<Acc> xp = conv_padded_rows_for<Acc>(g, x, oh0, oh1, ld);
-        Acc* dyp = static_cast<Acc*>(
-            thread_conv_aux().get(sizeof(Acc) * static_cast<size_t>(kg * rows * ld)));
+        Acc* dyp = static_cast<Acc*>(thread_conv_buffer<conv_buffer::aux>().get(
+            sizeof(Acc) * static_cast<size_t>(kg * rows * ld)));
         for (int64_t kk = 0; kk < kg; ++kk)
           copy_rows_padded(dy + kk * P + oh0 * g.wo, g.wo, rows, g.wo, dyp + kk * rows * ld, ld);
         conv_direct_weight_rows(g, xp, dyp, ld, dw + gi * kg * Q, oh0, oh1);
@@ -474,7 +470,8 @@ void conv_backward_weight_cpu(const conv_backward_weight_problem<TX, TG, Acc>& p
         return;
       }
     }
-    D* tile = static_cast<D*>(thread_conv_tile().get(sizeof(D) * static_cast<size_t>(Q * np)));
+    D* tile = static_cast<D*>(
+        thread_conv_buffer<conv_buffer::tile>().get(sizeof(D) * static_cast<size_t>(Q * np)));
     im2col_tile(g, x, p0, cols, tile, cols);
     pr.b = tile, pr.b_rs = 1, pr.b_cs = cols;
     conv_gemm_block(pr);
