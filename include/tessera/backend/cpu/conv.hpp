@@ -115,8 +115,9 @@ void conv_forward_pointwise(const conv_forward_problem<TX, TW, Acc>& p) {
   }
 }
 
-/// The general case: each work item is one tile of output pixels of one image-group, lowered to
-/// an im2col tile and multiplied on one thread.
+/// 8-bit integers: each work item is one tile of output pixels of one image-group, lowered to an
+/// im2col tile and multiplied on one thread by the int8 GEMM (which packs it into its biased
+/// byte layout; floating types take conv_forward_implicit).
 template <class TX, class TW, class Acc>
 void conv_forward_lowered(const conv_forward_problem<TX, TW, Acc>& p) {
   using D = im2col_t<TX, Acc>;
@@ -255,9 +256,8 @@ void conv_forward_implicit(const conv_forward_problem<TX, TW, Acc>& p) {
   const conv_geometry& g = p.g;
   const int64_t cg = g.cg(), kg = g.kg(), Q = cg * g.taps(), P = g.ho * g.wo;
   const int64_t kg_pad = (kg + MR - 1) / MR * MR;
-  gemm_buffer packed_w;
-  Acc* wp =
-      static_cast<Acc*>(packed_w.get(sizeof(Acc) * static_cast<size_t>(g.groups * kg_pad * Q)));
+  Acc* wp = static_cast<Acc*>(thread_conv_buffer<conv_buffer::weights>().get(
+      sizeof(Acc) * static_cast<size_t>(g.groups * kg_pad * Q)));
   for (int64_t gi = 0; gi < g.groups; ++gi)
     pack_panels<MR>(p.w + gi * kg * Q, Q, 1, kg, Q, wp + gi * kg_pad * Q);
   const int64_t kc = cached_gemm_blocks<Acc>().kc;
@@ -334,8 +334,9 @@ template <class TG, class TW, class Acc>
 bool conv_backward_input_as_forward(const conv_backward_input_problem<TG, TW, Acc>& p) {
   const conv_geometry& g = p.g;
   const int64_t ext_h = g.dil_h * (g.r - 1), ext_w = g.dil_w * (g.s - 1);
-  const int64_t pad_bottom = g.ho - 1 + ext_h - g.h + 1 - g.pad_top;  // (h + pt + pb - ext_h) = ho
-  const int64_t pad_right = g.wo - 1 + ext_w - g.w + 1 - g.pad_left;
+  // At stride 1, ho = h + pad_top + pad_bottom - ext_h.
+  const int64_t pad_bottom = g.ho + ext_h - g.h - g.pad_top;
+  const int64_t pad_right = g.wo + ext_w - g.w - g.pad_left;
   if (g.stride_h != 1 || g.stride_w != 1 || g.pad_top > ext_h || g.pad_left > ext_w ||
       pad_bottom > ext_h || pad_right > ext_w || pad_bottom < 0 || pad_right < 0)
     return false;
