@@ -128,22 +128,6 @@ inline conv_geometry conv_plan(std::string_view op, const Shape& x, const Shape&
 
 inline Shape conv_output_shape(const conv_geometry& g) { return Shape{g.n, g.k, g.ho, g.wo}; }
 
-/// Where a kernel writes: out itself when it is contiguous, of the accumulation type and shares
-/// no memory with an input; otherwise a fresh tensor copied into out afterwards.
-template <class Acc, class TO, class B, class... In>
-Tensor<Acc, B> conv_target(const Tensor<TO, B>& out, const In&... in) {
-  if constexpr (std::is_same_v<Acc, TO>) {
-    if (out.is_contiguous() && !(in.shares_storage_with(out) || ...)) return out;
-  }
-  return Tensor<Acc, B>(out.shape());
-}
-
-/// Whether a kernel's target is the caller's output itself (then nothing is copied back).
-template <class A, class B2, class B>
-bool same_data(const Tensor<A, B>& target, const Tensor<B2, B>& out) {
-  return static_cast<const void*>(target.data()) == static_cast<const void*>(out.data());
-}
-
 template <class TX, class TW>
 void conv_check_forward_dtypes(std::string_view op) {
   if constexpr (!gemm_supported_v<TX, TW>)
@@ -188,12 +172,12 @@ void conv_forward_into(std::string_view op, const Tensor<TX, B>& x0, const Tenso
       }
       const Tensor<TX, B> x = x0.contiguous();
       const Tensor<TW, B> w = w0.contiguous();
-      const Tensor<Acc, B> target = conv_target<Acc>(out, x, w, bias);
+      const Tensor<Acc, B> target = kernel_target<Acc>(out, x, w, bias);
       conv_forward_problem<TX, TW, Acc> pr;
       pr.g = g, pr.x = x.data(), pr.w = w.data(), pr.y = target.data();
       pr.bias = bias.defined() ? bias.data() : nullptr, pr.relu = relu;
       backend::conv_kernel<B>::run(pr);
-      if (!same_data(target, out)) out.copy_(target);
+      copy_result(target, out);
     }
   } else {
     conv_check_forward_dtypes<TX, TW>(op);
@@ -221,11 +205,11 @@ void conv_backward_input_into(std::string_view op, const Tensor<TG, B>& dy0,
   if constexpr (is_floating_v<TG> && is_floating_v<TW>) {
     const Tensor<TG, B> dy = dy0.contiguous();
     const Tensor<TW, B> w = w0.contiguous();
-    const Tensor<Acc, B> target = conv_target<Acc>(out, dy, w);
+    const Tensor<Acc, B> target = kernel_target<Acc>(out, dy, w);
     conv_backward_input_problem<TG, TW, Acc> pr;
     pr.g = g, pr.dy = dy.data(), pr.w = w.data(), pr.dx = target.data();
     backend::conv_kernel<B>::run(pr);
-    if (!same_data(target, out)) out.copy_(target);
+    copy_result(target, out);
   } else {
     conv_check_backward_dtypes<TG, TW>(op);
   }
@@ -263,11 +247,11 @@ Tensor<conv_t<TX, TG>, B> conv_backward_weight_of(std::string_view op, const Ten
   if constexpr (is_floating_v<TG> && is_floating_v<TX>) {
     const Tensor<TG, B> dy = dy0.contiguous();
     const Tensor<TX, B> x = x0.contiguous();
-    const Tensor<Acc, B> target = conv_target<Acc>(dw);
+    const Tensor<Acc, B> target = kernel_target<Acc>(dw);
     conv_backward_weight_problem<TX, TG, Acc> pr;
     pr.g = g, pr.x = x.data(), pr.dy = dy.data(), pr.dw = target.data();
     backend::conv_kernel<B>::run(pr);
-    if (!same_data(target, dw)) dw.copy_(target);
+    copy_result(target, dw);
   }
   return dw;
 }

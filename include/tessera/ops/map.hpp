@@ -38,6 +38,24 @@ Tensor<T, B> unalias(const Tensor<O, B>& out, const Tensor<T, B>& in) {
   return in.clone();
 }
 
+/// Where a kernel that writes contiguous K elements puts the result meant for out: out itself
+/// when it holds K, is contiguous and shares no memory with any input; otherwise a fresh
+/// contiguous tensor of out's shape, which copy_result then copies (converting) into out, so
+/// that overlapping inputs are read as if copied first.
+template <class K, class TO, class B, class... In>
+Tensor<K, B> kernel_target(const Tensor<TO, B>& out, const In&... in) {
+  if constexpr (std::is_same_v<K, TO>) {
+    if (out.is_contiguous() && !(in.shares_storage_with(out) || ...)) return out;
+  }
+  return Tensor<K, B>(out.shape());
+}
+/// Copies a kernel_target into out unless it is out itself.
+template <class K, class TO, class B>
+void copy_result(const Tensor<K, B>& target, const Tensor<TO, B>& out) {
+  if (static_cast<const void*>(target.data()) != static_cast<const void*>(out.data()))
+    out.copy_(target);
+}
+
 template <class... S>
 Shape broadcast_all([[maybe_unused]] std::string_view op, const Shape& first, const S&... rest) {
   Shape s = first;

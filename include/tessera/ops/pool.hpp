@@ -178,12 +178,7 @@ Tensor<T, B> pool_target(std::string_view op, const Tensor<T, B>& out, const Sha
   check_writable(op, out);
   if (!(out.shape() == want))
     fail<shape_error>(op, "output has shape ", out.shape(), ", expected ", want);
-  const bool direct = out.is_contiguous() && !(out.shares_storage_with(in) || ...);
-  return direct ? out : Tensor<T, B>(want);
-}
-template <class T, class B>
-void pool_finish(const Tensor<T, B>& target, const Tensor<T, B>& out) {
-  if (!target.shares_storage_with(out)) out.copy_(target);
+  return kernel_target<T>(out, in...);
 }
 
 template <class T>
@@ -280,7 +275,7 @@ const Tensor<T, B>& max_pool2d(const Tensor<T, B>& x, const Pool2dOptions& optio
   const auto plan = detail::max_pool_plan("max_pool2d", x, options);
   const Tensor<T, B> y = detail::pool_target("max_pool2d", out, plan.out_shape, x);
   detail::run_max_pool(plan, x, y, nullptr);
-  detail::pool_finish(y, out);
+  detail::copy_result(y, out);
   return out;
 }
 
@@ -306,8 +301,8 @@ void max_pool2d_with_indices(const Tensor<T, B>& x, const Pool2dOptions& options
   const Tensor<T, B> y = detail::pool_target(op, out, plan.out_shape, x, indices);
   const Tensor<int64_t, B> i = detail::pool_target(op, indices, plan.out_shape, x, out);
   detail::run_max_pool(plan, x, y, i.data());
-  detail::pool_finish(y, out);
-  detail::pool_finish(i, indices);
+  detail::copy_result(y, out);
+  detail::copy_result(i, indices);
 }
 
 /// Gradient of max pooling with respect to its input: a zero tensor of input_shape into which
@@ -364,7 +359,7 @@ const Tensor<T, B>& avg_pool2d(const Tensor<T, B>& x, const Pool2dOptions& optio
   const auto plan = detail::avg_pool_plan("avg_pool2d", x, options);
   const Tensor<T, B> y = detail::pool_target("avg_pool2d", out, plan.out_shape, x);
   detail::run_avg_pool(plan, x, y, false);
-  detail::pool_finish(y, out);
+  detail::copy_result(y, out);
   return out;
 }
 
@@ -410,7 +405,7 @@ const Tensor<T, B>& adaptive_avg_pool2d(const Tensor<T, B>& x, std::array<int64_
   const auto plan = detail::adaptive_plan("adaptive_avg_pool2d", x, output_size);
   const Tensor<T, B> y = detail::pool_target("adaptive_avg_pool2d", out, plan.out_shape, x);
   detail::run_avg_pool(plan, x, y, true);
-  detail::pool_finish(y, out);
+  detail::copy_result(y, out);
   return out;
 }
 
@@ -450,7 +445,7 @@ const Tensor<T, B>& global_avg_pool2d(const Tensor<T, B>& x, const Tensor<T, B>&
   const auto plan = detail::adaptive_plan("global_avg_pool2d", x, {1, 1});
   const Tensor<T, B> y = detail::pool_target("global_avg_pool2d", out, plan.out_shape, x);
   detail::run_avg_pool(plan, x, y, true);
-  detail::pool_finish(y, out);
+  detail::copy_result(y, out);
   return out;
 }
 
