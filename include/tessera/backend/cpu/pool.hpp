@@ -733,26 +733,6 @@ inline void pool_global_avg_small_f32(const float* x, int64_t hw, int64_t b, int
     _mm512_mask_storeu_ps(y + p, pool_simd::lanes(m), _mm512_div_ps(pool_sum16(v), n));
   }
 }
-#elif TESSERA_DETAIL_POOL_AVX2
-/// Sum of n contiguous floats: four 8-lane accumulators, one horizontal add, a scalar tail.
-inline float pool_plane_sum_f32(const float* p, int64_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
-    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + i + 8));
-    a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + i + 16));
-    a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + i + 24));
-  }
-  for (; i + 8 <= n; i += 8) a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
-  const __m256 v = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
-  __m128 q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
-  q = _mm_add_ss(q, _mm_movehdup_ps(q));
-  float s = _mm_cvtss_f32(q);
-  for (; i < n; ++i) s += p[i];
-  return s;
-}
 #endif
 
 template <class T>
@@ -767,8 +747,8 @@ void pool_global_avg(const pool_problem& pr, const T* x, T* y) {
 #endif
     for (int64_t p = b; p < e; ++p) {
       A sum;
-#if TESSERA_DETAIL_POOL_AVX512 || TESSERA_DETAIL_POOL_AVX2
-      if constexpr (std::is_same_v<T, float>)
+#if TESSERA_DETAIL_POOL_AVX512
+      if constexpr (std::is_same_v<T, float>)  // masked tail instead of scalar ones
         sum = pool_plane_sum_f32(x + p * hw, hw);
       else
 #endif
