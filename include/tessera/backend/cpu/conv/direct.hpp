@@ -30,7 +30,7 @@ template <class D>
 struct padded_rows {
   D* data = nullptr;
   int64_t row0 = 0, rows = 0, len = 0, stride_w = 1;
-  const D* at(int64_t ci, int64_t row, int64_t phase) const {
+  D* at(int64_t ci, int64_t row, int64_t phase) const {
     return data + ((ci * rows + (row - row0)) * stride_w + phase) * len;
   }
   /// Offset of tap (ci, i, j) from the start of output row oh's first padded row (row0 + oh *
@@ -50,7 +50,8 @@ struct padded_rows {
   }
 };
 
-/// Bytes padded_rows needs for `rows` rows of cg channels.
+/// Elements of one phase row of padded_rows covering wo_pad output columns: the last tap reads
+/// (dil_w * (s - 1)) / stride_w elements past them.
 inline int64_t padded_rows_len(const conv_geometry& g, int64_t wo_pad) {
   return wo_pad + (g.dil_w * (g.s - 1)) / g.stride_w + 1;
 }
@@ -63,7 +64,7 @@ void fill_padded_rows(const conv_geometry& g, const S* x, int64_t cg, padded_row
     for (int64_t row = pr.row0; row < pr.row0 + pr.rows; ++row) {
       const int64_t ih = row - g.pad_top;
       for (int64_t ph = 0; ph < pr.stride_w; ++ph) {
-        D* dst = const_cast<D*>(pr.at(ci, row, ph));
+        D* dst = pr.at(ci, row, ph);
         if (ih < 0 || ih >= g.h) {
           std::fill(dst, dst + pr.len, D(0));
           continue;
