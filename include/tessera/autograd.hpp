@@ -1,0 +1,14 @@
+// tessera/autograd.hpp - reverse-mode differentiation: Variable, no_grad, the Variable overload
+// of every differentiable op, and gradcheck. Included by tessera.hpp.
+#pragma once
+
+// clang-format off
+#include "autograd/variable.hpp"
+#include "autograd/elementwise.hpp"
+#include "autograd/reduce.hpp"
+#include "autograd/shape.hpp"
+#include "autograd/linalg.hpp"
+#include "autograd/conv.hpp"
+#include "autograd/loss.hpp"
+#include "autograd/gradcheck.hpp"
+// clang-format on

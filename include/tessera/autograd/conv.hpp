@@ -1,0 +1,126 @@
+// tessera/autograd/conv.hpp - Variable overloads of the convolutions and pooling ops, whose
+// backward passes are the tensor-level *_backward functions of ops/conv.hpp and ops/pool.hpp.
+#pragma once
+
+#include "elementwise.hpp"
+#include "../ops/conv.hpp"
+#include "../ops/pool.hpp"
+
+TESSERA_BEGIN_NAMESPACE
+
+namespace autograd::detail {
+template <class T, class B>
+Tensor<T, B> value_or_none(const Variable<T, B>& v) {
+  return v.defined() ? v.value() : Tensor<T, B>();
+}
+/// The output gradient with a fused ReLU undone: zero where the op's output y is 0.
+template <class T, class B>
+Tensor<T, B> through_relu(const Tensor<T, B>& g, const Tensor<T, B>& y, bool relu) {
+  return relu ? map(fn::grad::relu{}, g, y) : g;
+}
+}  // namespace autograd::detail
+
+/// 2-D convolution, as tessera::conv2d (bias may be an undefined Variable; opts.relu fuses a
+/// ReLU). The input gradient is computed only when x requires one (a first layer's never does).
+template <element_type T, class B>
+Variable<T, B> conv2d(const Variable<T, B>& x, const Variable<T, B>& w, const Variable<T, B>& bias,
+                      const Conv2dOptions& opts = {}) {
+  Tensor<T, B> y = conv2d(x.value(), w.value(), autograd::detail::value_or_none(bias), opts);
+  const bool relu = opts.relu;
+  return autograd::detail::record(
+      y, {&x, &w, &bias},
+      [xv = x.value(), wv = w.value(), y = relu ? y : Tensor<T, B>(),
+       opts](const autograd::backward_context<T, B>& c) {
+        const Tensor<T, B> g = autograd::detail::through_relu(c.grad(), y, opts.relu);
+        if (c.needs(0)) c.give(0, conv2d_backward_input(g, wv, xv.shape(), opts));
+        if (c.needs(1)) c.give(1, conv2d_backward_weight(g, xv, wv.shape(), opts));
+        if (c.needs(2)) c.give(2, conv2d_backward_bias(g));
+      });
+}
+/// 2-D convolution without bias.
+template <element_type T, class B>
+Variable<T, B> conv2d(const Variable<T, B>& x, const Variable<T, B>& w,
+                      const Conv2dOptions& opts = {}) {
+  return conv2d(x, w, Variable<T, B>(), opts);
+}
+
+/// 1-D convolution, as tessera::conv1d (bias may be undefined).
+template <element_type T, class B>
+Variable<T, B> conv1d(const Variable<T, B>& x, const Variable<T, B>& w, const Variable<T, B>& bias,
+                      const Conv1dOptions& opts = {}) {
+  Tensor<T, B> y = conv1d(x.value(), w.value(), autograd::detail::value_or_none(bias), opts);
+  return autograd::detail::record(
+      y, {&x, &w, &bias},
+      [xv = x.value(), wv = w.value(), y = opts.relu ? y : Tensor<T, B>(),
+       opts](const autograd::backward_context<T, B>& c) {
+        const Tensor<T, B> g = autograd::detail::through_relu(c.grad(), y, opts.relu);
+        if (c.needs(0)) c.give(0, conv1d_backward_input(g, wv, xv.shape(), opts));
+        if (c.needs(1)) c.give(1, conv1d_backward_weight(g, xv, wv.shape(), opts));
+        if (c.needs(2)) c.give(2, conv1d_backward_bias(g));
+      });
+}
+template <element_type T, class B>
+Variable<T, B> conv1d(const Variable<T, B>& x, const Variable<T, B>& w,
+                      const Conv1dOptions& opts = {}) {
+  return conv1d(x, w, Variable<T, B>(), opts);
+}
+
+/// Transposed 2-D convolution, as tessera::conv_transpose2d (bias may be undefined).
+template <element_type T, class B>
+Variable<T, B> conv_transpose2d(const Variable<T, B>& x, const Variable<T, B>& w,
+                                const Variable<T, B>& bias,
+                                const ConvTranspose2dOptions& opts = {}) {
+  return autograd::detail::record(
+      conv_transpose2d(x.value(), w.value(), autograd::detail::value_or_none(bias), opts),
+      {&x, &w, &bias},
+      [xv = x.value(), wv = w.value(), opts](const autograd::backward_context<T, B>& c) {
+        const Tensor<T, B>& g = c.grad();
+        if (c.needs(0)) c.give(0, conv_transpose2d_backward_input(g, wv, xv.shape(), opts));
+        if (c.needs(1)) c.give(1, conv_transpose2d_backward_weight(g, xv, wv.shape(), opts));
+        if (c.needs(2)) c.give(2, conv2d_backward_bias(g));
+      });
+}
+template <element_type T, class B>
+Variable<T, B> conv_transpose2d(const Variable<T, B>& x, const Variable<T, B>& w,
+                                const ConvTranspose2dOptions& opts = {}) {
+  return conv_transpose2d(x, w, Variable<T, B>(), opts);
+}
+
+/// Max pooling, as tessera::max_pool2d; the gradient goes to each window's maximum.
+template <element_type T, class B>
+Variable<T, B> max_pool2d(const Variable<T, B>& x, const Pool2dOptions& opts) {
+  auto r = max_pool2d_with_indices(x.value(), opts);
+  return autograd::detail::record(
+      r.values, {&x},
+      [s = x.shape(), idx = r.indices](const autograd::backward_context<T, B>& c) {
+        c.give(0, max_pool2d_backward(c.grad(), idx, s));
+      });
+}
+/// Average pooling, as tessera::avg_pool2d.
+template <element_type T, class B>
+Variable<T, B> avg_pool2d(const Variable<T, B>& x, const Pool2dOptions& opts) {
+  return autograd::detail::record(avg_pool2d(x.value(), opts), {&x},
+                                  [s = x.shape(), opts](const autograd::backward_context<T, B>& c) {
+                                    c.give(0, avg_pool2d_backward(c.grad(), s, opts));
+                                  });
+}
+/// Adaptive average pooling to output_size, as tessera::adaptive_avg_pool2d.
+template <element_type T, class B>
+Variable<T, B> adaptive_avg_pool2d(const Variable<T, B>& x, std::array<int64_t, 2> output_size) {
+  return autograd::detail::record(adaptive_avg_pool2d(x.value(), output_size), {&x},
+                                  [s = x.shape()](const autograd::backward_context<T, B>& c) {
+                                    c.give(0, adaptive_avg_pool2d_backward(c.grad(), s));
+                                  });
+}
+/// Mean over H and W ([N, C, H, W] -> [N, C, 1, 1]), as tessera::global_avg_pool2d.
+template <element_type T, class B>
+Variable<T, B> global_avg_pool2d(const Variable<T, B>& x) {
+  return autograd::detail::record(
+      global_avg_pool2d(x.value()), {&x}, [s = x.shape()](const autograd::backward_context<T, B>& c) {
+        const int r = s.rank();
+        const T scale = T(1) / static_cast<T>(s[r - 1] * s[r - 2]);
+        c.give(0, c.grad().broadcast_to(s) * scale);
+      });
+}
+
+TESSERA_END_NAMESPACE

@@ -1,0 +1,54 @@
+// tessera/autograd/linalg.hpp - Variable overloads of matmul and linear.
+#pragma once
+
+#include "elementwise.hpp"
+#include "../ops/matmul.hpp"
+
+TESSERA_BEGIN_NAMESPACE
+
+/// Matrix product with NumPy semantics (1-D operands, broadcast batch dims), as
+/// tessera::matmul. Gradients: dA = dY·Bᵀ and dB = Aᵀ·dY, summed over broadcast batch dims.
+template <element_type T, class B>
+Variable<T, B> matmul(const Variable<T, B>& a, const Variable<T, B>& b) {
+  return autograd::detail::record(
+      matmul(a.value(), b.value()), {&a, &b},
+      [av = a.value(), bv = b.value()](const autograd::backward_context<T, B>& c) {
+        // Undo matmul's promotion of 1-D operands so every product below is a plain batched one.
+        const Tensor<T, B> a2 = av.rank() == 1 ? av.unsqueeze(0) : av;
+        const Tensor<T, B> b2 = bv.rank() == 1 ? bv.unsqueeze(1) : bv;
+        Tensor<T, B> g = c.grad();
+        if (bv.rank() == 1) g = g.unsqueeze(g.rank());
+        if (av.rank() == 1) g = g.unsqueeze(g.rank() - 1);
+        if (c.needs(0)) {
+          auto [ga, fresh] = autograd::detail::sum_to(matmul(g, b2.transpose(b2.rank() - 2, b2.rank() - 1)), a2.shape());
+          (void)fresh;
+          c.give(0, ga.reshape(av.shape().span()));
+        }
+        if (c.needs(1)) {
+          auto [gb, fresh] = autograd::detail::sum_to(matmul(a2.transpose(a2.rank() - 2, a2.rank() - 1), g), b2.shape());
+          (void)fresh;
+          c.give(1, gb.reshape(bv.shape().span()));
+        }
+      });
+}
+
+/// Dense layer x [..., in] · wᵀ (w [out, in]) + bias [out] -> [..., out], as tessera::linear;
+/// bias may be an undefined Variable (none).
+template <element_type T, class B>
+Variable<T, B> linear(const Variable<T, B>& x, const Variable<T, B>& w,
+                      const Variable<T, B>& bias = {}) {
+  Tensor<T, B> y = bias.defined() ? linear(x.value(), w.value(), bias.value())
+                                  : linear(x.value(), w.value());
+  return autograd::detail::record(
+      std::move(y), {&x, &w, &bias},
+      [xv = x.value(), wv = w.value()](const autograd::backward_context<T, B>& c) {
+        const int64_t in = wv.shape()[1], out = wv.shape()[0];
+        const int64_t rows = in == 0 ? 0 : xv.numel() / in;
+        const Tensor<T, B> g = c.grad().reshape({rows, out});
+        if (c.needs(0)) c.give(0, matmul(g, wv).reshape(xv.shape().span()));
+        if (c.needs(1)) c.give(1, matmul(g.transpose(0, 1), xv.reshape({rows, in})));
+        if (c.needs(2)) c.give(2, sum(g, {0}));
+      });
+}
+
+TESSERA_END_NAMESPACE
