@@ -1,0 +1,275 @@
+// tessera/nn/layers.hpp - the layers: Linear, Conv1d, Conv2d, ConvTranspose2d, pooling,
+// activations, Dropout, Flatten, and Sequential.
+#pragma once
+
+#include <array>
+#include <cmath>
+
+#include "../autograd/conv.hpp"
+#include "../autograd/linalg.hpp"
+#include "../autograd/loss.hpp"
+#include "../autograd/shape.hpp"
+#include "init.hpp"
+#include "module.hpp"
+
+TESSERA_BEGIN_NAMESPACE
+namespace nn {
+
+namespace detail {
+/// PyTorch's default for Linear and conv layers: weight from kaiming_uniform with a = sqrt(5)
+/// (bound 1 / sqrt(fan_in)), bias uniform in +-1 / sqrt(fan_in).
+template <class T, class B>
+void default_init(const Tensor<T, B>& w, const Tensor<T, B>* bias, int64_t fan_in) {
+  init::kaiming_uniform_(w, std::sqrt(5.0));
+  if (bias && fan_in > 0) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+    init::uniform_(*bias, -bound, bound);
+  }
+}
+inline void check_positive(std::string_view op, const char* what, int64_t v) {
+  if (v <= 0) tessera::detail::fail<shape_error>(op, what, " must be positive, got ", v);
+}
+}  // namespace detail
+
+/// y = x · weightᵀ + bias; weight [out, in], bias [out]. Input [..., in].
+template <class T = float, class B = default_backend>
+class Linear : public Module<T, B> {
+ public:
+  Variable<T, B> weight, bias;
+
+  Linear(int64_t in_features, int64_t out_features, bool with_bias = true) {
+    detail::check_positive("Linear", "in_features", in_features);
+    detail::check_positive("Linear", "out_features", out_features);
+    weight = this->register_parameter("weight", Tensor<T, B>(Shape{out_features, in_features}));
+    if (with_bias) bias = this->register_parameter("bias", Tensor<T, B>(Shape{out_features}));
+    const Tensor<T, B> b = with_bias ? bias.value() : Tensor<T, B>();
+    detail::default_init(weight.value(), with_bias ? &b : nullptr, in_features);
+  }
+  Variable<T, B> forward(const Variable<T, B>& x) override { return linear(x, weight, bias); }
+};
+
+/// 2-D convolution layer: weight [out, in / groups, kh, kw], optional bias [out].
+/// Input [N, in, H, W].
+template <class T = float, class B = default_backend>
+class Conv2d : public Module<T, B> {
+ public:
+  Variable<T, B> weight, bias;
+  Conv2dOptions options;
+
+  Conv2d(int64_t in_channels, int64_t out_channels, std::array<int64_t, 2> kernel,
+         Conv2dOptions opts = {}, bool with_bias = true)
+      : options(opts) {
+    detail::check_positive("Conv2d", "in_channels", in_channels);
+    detail::check_positive("Conv2d", "out_channels", out_channels);
+    detail::check_positive("Conv2d", "groups", opts.groups);
+    if (in_channels % opts.groups || out_channels % opts.groups)
+      tessera::detail::fail<shape_error>("Conv2d", "channels ", in_channels, " -> ", out_channels,
+                                         " are not divisible by groups = ", opts.groups);
+    weight = this->register_parameter(
+        "weight", Tensor<T, B>(Shape{out_channels, in_channels / opts.groups, kernel[0], kernel[1]}));
+    if (with_bias) bias = this->register_parameter("bias", Tensor<T, B>(Shape{out_channels}));
+    const Tensor<T, B> b = with_bias ? bias.value() : Tensor<T, B>();
+    detail::default_init(weight.value(), with_bias ? &b : nullptr,
+                         in_channels / opts.groups * kernel[0] * kernel[1]);
+  }
+  /// A square kernel.
+  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, Conv2dOptions opts = {},
+         bool with_bias = true)
+      : Conv2d(in_channels, out_channels, {kernel, kernel}, opts, with_bias) {}
+  Variable<T, B> forward(const Variable<T, B>& x) override {
+    return conv2d(x, weight, bias, options);
+  }
+};
+
+/// 1-D convolution layer: weight [out, in / groups, k]. Input [N, in, L].
+template <class T = float, class B = default_backend>
+class Conv1d : public Module<T, B> {
+ public:
+  Variable<T, B> weight, bias;
+  Conv1dOptions options;
+
+  Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel, Conv1dOptions opts = {},
+         bool with_bias = true)
+      : options(opts) {
+    detail::check_positive("Conv1d", "in_channels", in_channels);
+    detail::check_positive("Conv1d", "out_channels", out_channels);
+    detail::check_positive("Conv1d", "groups", opts.groups);
+    if (in_channels % opts.groups || out_channels % opts.groups)
+      tessera::detail::fail<shape_error>("Conv1d", "channels ", in_channels, " -> ", out_channels,
+                                         " are not divisible by groups = ", opts.groups);
+    weight = this->register_parameter(
+        "weight", Tensor<T, B>(Shape{out_channels, in_channels / opts.groups, kernel}));
+    if (with_bias) bias = this->register_parameter("bias", Tensor<T, B>(Shape{out_channels}));
+    const Tensor<T, B> b = with_bias ? bias.value() : Tensor<T, B>();
+    detail::default_init(weight.value(), with_bias ? &b : nullptr,
+                         in_channels / opts.groups * kernel);
+  }
+  Variable<T, B> forward(const Variable<T, B>& x) override {
+    return conv1d(x, weight, bias, options);
+  }
+};
+
+/// Transposed 2-D convolution layer: weight [in, out / groups, kh, kw]. Input [N, in, H, W].
+template <class T = float, class B = default_backend>
+class ConvTranspose2d : public Module<T, B> {
+ public:
+  Variable<T, B> weight, bias;
+  ConvTranspose2dOptions options;
+
+  ConvTranspose2d(int64_t in_channels, int64_t out_channels, std::array<int64_t, 2> kernel,
+                  ConvTranspose2dOptions opts = {}, bool with_bias = true)
+      : options(opts) {
+    detail::check_positive("ConvTranspose2d", "in_channels", in_channels);
+    detail::check_positive("ConvTranspose2d", "out_channels", out_channels);
+    detail::check_positive("ConvTranspose2d", "groups", opts.groups);
+    if (in_channels % opts.groups || out_channels % opts.groups)
+      tessera::detail::fail<shape_error>("ConvTranspose2d", "channels ", in_channels, " -> ",
+                                         out_channels, " are not divisible by groups = ",
+                                         opts.groups);
+    weight = this->register_parameter(
+        "weight", Tensor<T, B>(Shape{in_channels, out_channels / opts.groups, kernel[0], kernel[1]}));
+    if (with_bias) bias = this->register_parameter("bias", Tensor<T, B>(Shape{out_channels}));
+    const Tensor<T, B> b = with_bias ? bias.value() : Tensor<T, B>();
+    // PyTorch computes the fan from the weight's dim 1 (out / groups) for transposed convs.
+    detail::default_init(weight.value(), with_bias ? &b : nullptr,
+                         out_channels / opts.groups * kernel[0] * kernel[1]);
+  }
+  ConvTranspose2d(int64_t in_channels, int64_t out_channels, int64_t kernel,
+                  ConvTranspose2dOptions opts = {}, bool with_bias = true)
+      : ConvTranspose2d(in_channels, out_channels, {kernel, kernel}, opts, with_bias) {}
+  Variable<T, B> forward(const Variable<T, B>& x) override {
+    return conv_transpose2d(x, weight, bias, options);
+  }
+};
+
+/// Max pooling; MaxPool2d(k) is a k x k window with stride k.
+template <class T = float, class B = default_backend>
+class MaxPool2d : public Module<T, B> {
+ public:
+  Pool2dOptions options;
+  explicit MaxPool2d(Pool2dOptions opts) : options(opts) {}
+  explicit MaxPool2d(int64_t kernel) : options{.kernel = {kernel, kernel}} {}
+  Variable<T, B> forward(const Variable<T, B>& x) override { return max_pool2d(x, options); }
+};
+/// Average pooling; AvgPool2d(k) is a k x k window with stride k.
+template <class T = float, class B = default_backend>
+class AvgPool2d : public Module<T, B> {
+ public:
+  Pool2dOptions options;
+  explicit AvgPool2d(Pool2dOptions opts) : options(opts) {}
+  explicit AvgPool2d(int64_t kernel) : options{.kernel = {kernel, kernel}} {}
+  Variable<T, B> forward(const Variable<T, B>& x) override { return avg_pool2d(x, options); }
+};
+/// Average pooling to a fixed output size.
+template <class T = float, class B = default_backend>
+class AdaptiveAvgPool2d : public Module<T, B> {
+ public:
+  std::array<int64_t, 2> output_size;
+  explicit AdaptiveAvgPool2d(std::array<int64_t, 2> size) : output_size(size) {}
+  Variable<T, B> forward(const Variable<T, B>& x) override {
+    return adaptive_avg_pool2d(x, output_size);
+  }
+};
+
+#define TESSERA_ACTIVATION_MODULE(NAME, CALL)                                   \
+  template <class T = float, class B = default_backend>                         \
+  class NAME : public Module<T, B> {                                            \
+   public:                                                                      \
+    Variable<T, B> forward(const Variable<T, B>& x) override { return CALL; } \
+  };
+/// max(x, 0).
+TESSERA_ACTIVATION_MODULE(ReLU, relu(x))
+/// Exact GELU.
+TESSERA_ACTIVATION_MODULE(GELU, gelu(x))
+/// tanh(x).
+TESSERA_ACTIVATION_MODULE(Tanh, tanh(x))
+/// 1 / (1 + e^-x).
+TESSERA_ACTIVATION_MODULE(Sigmoid, sigmoid(x))
+#undef TESSERA_ACTIVATION_MODULE
+
+/// softmax along dim (default: the last).
+template <class T = float, class B = default_backend>
+class Softmax : public Module<T, B> {
+ public:
+  int64_t dim;
+  explicit Softmax(int64_t d = -1) : dim(d) {}
+  Variable<T, B> forward(const Variable<T, B>& x) override { return softmax(x, dim); }
+};
+
+/// Flattens dims start..end (default: all but the batch dim).
+template <class T = float, class B = default_backend>
+class Flatten : public Module<T, B> {
+ public:
+  int64_t start, end;
+  explicit Flatten(int64_t s = 1, int64_t e = -1) : start(s), end(e) {}
+  Variable<T, B> forward(const Variable<T, B>& x) override { return flatten(x, start, end); }
+};
+
+/// In training mode, zeroes each element with probability p and scales the rest by 1 / (1 - p);
+/// the identity in evaluation mode. Draws from nn::default_generator().
+template <class T = float, class B = default_backend>
+class Dropout : public Module<T, B> {
+ public:
+  double p;
+  explicit Dropout(double prob = 0.5) : p(prob) {
+    if (!(p >= 0 && p <= 1))
+      tessera::detail::fail<error>("Dropout", "probability ", p, " is outside [0, 1]");
+  }
+  Variable<T, B> forward(const Variable<T, B>& x) override {
+    if (!this->is_training() || p == 0) return x;
+    const T keep = static_cast<T>(1 - p), scale = p == 1 ? T(0) : static_cast<T>(1 / (1 - p));
+    const Tensor<T, B> mask = map([keep, scale](T u) { return u < keep ? scale : T(0); },
+                                  rand<T, B>(x.shape(), default_generator()));
+    return x * mask;
+  }
+};
+
+/// Runs its layers in order. Construct with the layers (`Sequential{Linear(784, 10), ReLU()}`)
+/// or add them with push_back; parameters are named by position ("0.weight").
+template <class T = float, class B = default_backend>
+class Sequential : public Module<T, B> {
+ public:
+  Sequential() = default;
+  template <class M, class... Rest>
+  requires(!std::is_same_v<std::remove_cvref_t<M>, Sequential>)
+  explicit Sequential(M first, Rest... rest) {
+    push_back(std::move(first));
+    (push_back(std::move(rest)), ...);
+  }
+  /// Appends a layer (any Module<T, B>; copies share parameters with the argument).
+  template <class M>
+  Sequential& push_back(M layer) {
+    static_assert(std::is_base_of_v<Module<T, B>, M>, "Sequential: layers must be Module<T, B>");
+    auto p = std::make_shared<M>(std::move(layer));
+    this->register_module(std::to_string(layers_.size()), *p);
+    layers_.push_back(std::move(p));
+    return *this;
+  }
+  Variable<T, B> forward(const Variable<T, B>& x) override {
+    Variable<T, B> y = x;
+    for (auto& layer : layers_) y = layer->forward(y);
+    return y;
+  }
+  size_t size() const { return layers_.size(); }
+  /// The i-th layer (index_error when out of range).
+  Module<T, B>& operator[](size_t i) const {
+    if (i >= layers_.size())
+      tessera::detail::fail<index_error>("Sequential", "layer ", i, " of ", layers_.size());
+    return *layers_[i];
+  }
+
+ private:
+  std::vector<std::shared_ptr<Module<T, B>>> layers_;
+};
+template <class M, class... Rest>
+Sequential(M, Rest...) -> Sequential<typename M::value_type, typename M::backend_type>;
+
+/// Loss functions, also reachable as ts::nn::cross_entropy etc.
+using tessera::binary_cross_entropy_with_logits;
+using tessera::cross_entropy;
+using tessera::l1_loss;
+using tessera::mse_loss;
+using tessera::nll_loss;
+
+}  // namespace nn
+TESSERA_END_NAMESPACE
