@@ -1,5 +1,6 @@
 // tessera/autograd.hpp - reverse-mode differentiation: Variable, no_grad, the Variable overload
-// of every differentiable op, and gradcheck. Included by tessera.hpp.
+// of every differentiable op, and gradcheck. Include after
+// <tessera/tessera.hpp> (which does not include it).
 #pragma once
 
 // clang-format off

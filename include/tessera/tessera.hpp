@@ -14,6 +14,7 @@
 #include "backend/cpu/gemm.hpp"
 #include "backend/cpu/conv.hpp"
 #include "backend/cpu/pool.hpp"
+#include "backend/cpu/optim.hpp"
 #include "core/tensor_copy.hpp"
 #include "core/creation.hpp"
 #include "ops/elementwise.hpp"
@@ -21,5 +22,13 @@
 #include "ops/matmul.hpp"
 #include "ops/conv.hpp"
 #include "ops/pool.hpp"
+#include "ops/join.hpp"
+#include "ops/activation.hpp"
+#include "ops/loss.hpp"
+#include "ops/optim_step.hpp"
 #include "io/print.hpp"
 // clang-format on
+
+// The training stack has umbrellas of its own, so that tensor-only code does not compile it:
+// <tessera/autograd.hpp>, <tessera/nn.hpp>, <tessera/optim.hpp>, <tessera/data/fashion_mnist.hpp>,
+// <tessera/io/checkpoint.hpp>.

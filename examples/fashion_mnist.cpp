@@ -1,0 +1,205 @@
+// fashion_mnist - trains a CNN or an MLP on Fashion-MNIST with tessera's autograd, modules and
+// SGD, prints a progress bar per epoch and the test accuracy, then saves the model as a NumPy
+// .npz checkpoint, reloads it into a fresh model and checks that it predicts the same.
+//
+//   fashion_mnist [--model cnn|mlp] [--epochs N] [--batch B] [--lr L] [--threads T]
+//                 [--data DIR] [--save FILE] [--eval FILE] [--seed S]
+//
+// Defaults: cnn, 2 epochs, batch 64, lr 0.05 (SGD, momentum 0.9), 2 threads, the data in
+// $TESSERA_FASHION_MNIST_DIR or /usr/share/datasets/fashion-mnist, checkpoint
+// fashion_mnist_<model>.npz. --eval FILE only loads FILE and reports its test accuracy.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <tessera/data/fashion_mnist.hpp>
+#include <tessera/io/checkpoint.hpp>
+#include <tessera/nn.hpp>
+#include <tessera/optim.hpp>
+#include <tessera/tessera.hpp>
+
+namespace ts = tessera;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+struct Args {
+  std::string model = "cnn";
+  int epochs = 2;
+  int64_t batch = 64;
+  double lr = 0.05;
+  int threads = 2;
+  std::string data, save, eval;
+  uint64_t seed = 1;
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::cerr << "fashion_mnist: " << why << "\n"
+            << "usage: fashion_mnist [--model cnn|mlp] [--epochs N] [--batch B] [--lr L] "
+               "[--threads T] [--data DIR] [--save FILE] [--eval FILE] [--seed S]\n";
+  std::exit(2);
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "-h" || k == "--help") usage("trains a model on Fashion-MNIST");
+    if (i + 1 >= argc) usage("missing value after " + k);
+    const std::string v = argv[++i];
+    try {
+      if (k == "--model") a.model = v;
+      else if (k == "--epochs") a.epochs = std::stoi(v);
+      else if (k == "--batch") a.batch = std::stoll(v);
+      else if (k == "--lr") a.lr = std::stod(v);
+      else if (k == "--threads") a.threads = std::stoi(v);
+      else if (k == "--data") a.data = v;
+      else if (k == "--save") a.save = v;
+      else if (k == "--eval") a.eval = v;
+      else if (k == "--seed") a.seed = std::stoull(v);
+      else usage("unknown option " + k);
+    } catch (const std::logic_error&) {
+      usage("bad value '" + v + "' for " + k);
+    }
+  }
+  if (a.model != "cnn" && a.model != "mlp") usage("--model is cnn or mlp, not " + a.model);
+  if (a.epochs < 0 || a.batch < 1 || !(a.lr > 0) || a.threads < 1) usage("bad numeric option");
+  if (a.save.empty()) a.save = "fashion_mnist_" + a.model + ".npz";
+  return a;
+}
+
+// The models of the README: conv(1->32)-relu-pool-conv(32->64)-relu-pool-fc(3136->128)-relu-fc(10),
+// and an MLP 784-256-128-10.
+ts::nn::Sequential<float> make_model(const std::string& kind) {
+  namespace nn = ts::nn;
+  if (kind == "cnn")
+    return nn::Sequential{nn::Conv2d(1, 32, 3, {.padding = {1, 1}}),
+                          nn::ReLU(),
+                          nn::MaxPool2d(2),
+                          nn::Conv2d(32, 64, 3, {.padding = {1, 1}}),
+                          nn::ReLU(),
+                          nn::MaxPool2d(2),
+                          nn::Flatten(),
+                          nn::Linear(64 * 7 * 7, 128),
+                          nn::ReLU(),
+                          nn::Linear(128, 10)};
+  return nn::Sequential{nn::Flatten(),     nn::Linear(784, 256), nn::ReLU(),
+                        nn::Linear(256, 128), nn::ReLU(),        nn::Linear(128, 10)};
+}
+
+double seconds_since(clock_type::time_point t) {
+  return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+// Predicted class of every test image (batches of 1000, evaluation mode, no tape).
+std::vector<int64_t> predict(ts::nn::Sequential<float>& model, const ts::data::Dataset& test) {
+  model.eval();
+  ts::no_grad guard;
+  std::vector<int64_t> out;
+  for (auto [images, labels] : ts::data::batches(test, 1000)) {
+    const auto classes = ts::argmax(model(images).value(), 1).to_vector();
+    out.insert(out.end(), classes.begin(), classes.end());
+  }
+  model.train();
+  return out;
+}
+
+double accuracy(const std::vector<int64_t>& predicted, const ts::data::Dataset& test) {
+  const auto labels = test.labels.to_vector();
+  int64_t right = 0;
+  for (size_t i = 0; i < labels.size(); ++i) right += predicted[i] == labels[i];
+  return 100.0 * static_cast<double>(right) / static_cast<double>(labels.size());
+}
+
+// One line, redrawn in place on a terminal; on a pipe, a line at each quarter of the epoch.
+void progress(int epoch, int epochs, int64_t done, int64_t total, double loss, double samples_s,
+              double eta, bool tty) {
+  const bool quarter = done == total || (done * 4 / total) != ((done - 1) * 4 / total);
+  if (!tty && !quarter) return;
+  constexpr int width = 30;
+  const int filled = static_cast<int>(width * done / total);
+  std::printf("%sepoch %d/%d [%s%s] %lld/%lld loss %.4f %6.0f samples/s ETA %4.1fs%s",
+              tty ? "\r" : "", epoch, epochs, std::string(filled, '=').c_str(),
+              std::string(width - filled, ' ').c_str(), static_cast<long long>(done),
+              static_cast<long long>(total), loss, samples_s, eta, tty ? "" : "\n");
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = parse(argc, argv);
+  ts::set_num_threads(args.threads);
+  ts::nn::manual_seed(args.seed);
+  try {
+    const auto t_load = clock_type::now();
+    const auto train = ts::data::fashion_mnist("train", args.data);
+    const auto test = ts::data::fashion_mnist("test", args.data);
+    std::printf("tessera fashion_mnist: %s, %lld training and %lld test images (loaded in %.1f s)\n",
+                args.model.c_str(), static_cast<long long>(train.size()),
+                static_cast<long long>(test.size()), seconds_since(t_load));
+
+    auto model = make_model(args.model);
+    if (!args.eval.empty()) {
+      ts::io::load(model, args.eval);
+      const auto t = clock_type::now();
+      const double acc = accuracy(predict(model, test), test);
+      std::printf("%s: test accuracy %.2f%% (inference %.2f s)\n", args.eval.c_str(), acc,
+                  seconds_since(t));
+      return 0;
+    }
+    std::printf("training %d epochs, batch %lld, SGD lr %g momentum 0.9, %d threads\n",
+                args.epochs, static_cast<long long>(args.batch), args.lr, args.threads);
+
+    ts::optim::SGD opt(model.parameters(), {.lr = args.lr, .momentum = 0.9});
+    ts::Generator rng(args.seed);
+    const bool tty = isatty(fileno(stdout));
+    std::vector<int64_t> predicted;
+    for (int epoch = 1; epoch <= args.epochs; ++epoch) {
+      const auto t_epoch = clock_type::now();
+      auto epoch_batches = ts::data::batches(train, args.batch, rng);
+      const int64_t total = static_cast<int64_t>(epoch_batches.size());
+      int64_t done = 0, seen = 0;
+      double loss_sum = 0;
+      for (auto [images, labels] : epoch_batches) {
+        auto loss = ts::nn::cross_entropy(model(images), labels);
+        opt.zero_grad();
+        loss.backward();
+        opt.step();
+        loss_sum += loss.item();
+        ++done;
+        seen += labels.numel();
+        const double rate = static_cast<double>(seen) / seconds_since(t_epoch);
+        const double eta = static_cast<double>(train.size() - seen) / rate;
+        progress(epoch, args.epochs, done, total, loss_sum / static_cast<double>(done), rate, eta,
+                 tty);
+      }
+      const double train_s = seconds_since(t_epoch);
+      const auto t_eval = clock_type::now();
+      predicted = predict(model, test);
+      const double infer_s = seconds_since(t_eval);
+      std::printf("%sepoch %d: loss %.4f, train %.2f s (%.0f samples/s), test accuracy %.2f%%, "
+                  "inference %.2f s\n",
+                  tty ? "\n" : "", epoch, loss_sum / static_cast<double>(total), train_s,
+                  static_cast<double>(seen) / train_s, accuracy(predicted, test), infer_s);
+    }
+
+    ts::io::save(model, args.save);
+    auto reloaded = make_model(args.model);
+    ts::io::load(reloaded, args.save);
+    const auto again = predict(reloaded, test);
+    if (args.epochs > 0 && again != predicted) {
+      std::fprintf(stderr, "fashion_mnist: the reloaded model predicts differently\n");
+      return 1;
+    }
+    std::printf("saved %s; reloaded it: test accuracy %.2f%%, same predictions\n",
+                args.save.c_str(), accuracy(again, test));
+  } catch (const ts::error& e) {
+    std::fprintf(stderr, "fashion_mnist: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

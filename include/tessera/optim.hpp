@@ -1,0 +1,7 @@
+// tessera/optim.hpp - optimizers, learning-rate schedules and gradient clipping.
+#pragma once
+
+// clang-format off
+#include "optim/optimizer.hpp"
+#include "optim/schedule.hpp"
+// clang-format on
