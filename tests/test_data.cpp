@@ -494,9 +494,7 @@ TEST(FashionMnistFiles, MissingFilesAndCorruptData) {
   expect_error<ts::io_error>([&] { (void)ts::data::fashion_mnist("train", d.path()); },
                              {"train-labels-idx1-ubyte.gz", "no such file"});
   // Truncated image data: the header says 3 images, the file holds 2.
-  bytes cut = images_bytes(3);
-  cut.resize(cut.size() - 784);
-  d.gz("train-images-idx3-ubyte", cut);
+  d.gz("train-images-idx3-ubyte", idx_u8({3, 28, 28}, std::vector<uint8_t>(2 * 784, 7)));
   d.gz("train-labels-idx1-ubyte", labels_bytes({1, 2, 3}));
   expect_error<ts::io_error>([&] { (void)ts::data::fashion_mnist("train", d.path()); },
                              {"train-images-idx3-ubyte.gz", "truncated data"});
