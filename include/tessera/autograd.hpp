@@ -1,9 +1,10 @@
 // tessera/autograd.hpp - reverse-mode differentiation: Variable, no_grad, the Variable overload
-// of every differentiable op, and gradcheck. Include after
-// <tessera/tessera.hpp> (which does not include it).
+// of every differentiable op, and gradcheck, on top of
+// the CPU umbrella <tessera/tessera.hpp> (which does not include this one).
 #pragma once
 
 // clang-format off
+#include "tessera.hpp"
 #include "autograd/variable.hpp"
 #include "autograd/elementwise.hpp"
 #include "autograd/reduce.hpp"

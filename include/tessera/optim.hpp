@@ -2,6 +2,7 @@
 #pragma once
 
 // clang-format off
+#include "tessera.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/schedule.hpp"
 // clang-format on

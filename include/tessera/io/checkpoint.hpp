@@ -1,7 +1,7 @@
 // tessera/io/checkpoint.hpp - save and load a module's state as a NumPy .npz archive.
 #pragma once
 
-#include "../nn/module.hpp"
+#include "../nn.hpp"
 #include "npy.hpp"
 
 TESSERA_BEGIN_NAMESPACE
