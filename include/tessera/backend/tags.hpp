@@ -70,6 +70,16 @@ struct pool_kernel {
                 "for tessera::cuda include <tessera/cuda.hpp>");
 };
 
+/// Fused optimizer updates of backend B: sgd(const detail::sgd_problem<T>&) and
+/// adam(const detail::adam_problem<T>&), in place over contiguous float / double arrays
+/// (sgd_step, adam_step).
+template <class B>
+struct optim_kernel {
+  static_assert(always_false<B>,
+                "tessera: backend has no optim_kernel (sgd_step/adam_step); the CPU one is in "
+                "<tessera/backend/cpu/optim.hpp>");
+};
+
 }  // namespace backend
 
 /// A backend tag: an empty type whose memory primitives are specialised.
