@@ -4,7 +4,7 @@
 #   scripts/bootstrap.sh [example|test|bench]     (default: test)
 #
 #   example  compiler, CMake, Ninja, zlib, the Fashion-MNIST dataset  (workflow preset example)
-#   test     example + GoogleTest, Google Benchmark, Eigen             (workflow preset test)
+#   test     example + GoogleTest, Google Benchmark, Eigen, NumPy      (workflow preset test)
 #   bench    test + OpenBLAS and oneDNN as extra benchmark anchors     (workflow preset bench)
 #
 # Idempotent: when everything is installed it touches nothing (no apt-get update). Needs root,
@@ -13,8 +13,8 @@ set -euo pipefail
 
 mode="${1:-test}"
 example_pkgs=(build-essential cmake ninja-build zlib1g-dev dataset-fashion-mnist)
-test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev)
-bench_pkgs=(libopenblas-dev libdnnl-dev ocl-icd-opencl-dev)
+test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev python3-numpy)
+bench_pkgs=(libopenblas-dev libdnnl-dev ocl-icd-opencl-dev libtorch-dev)
 
 case "$mode" in
   example) wanted=("${example_pkgs[@]}") ;;

@@ -293,4 +293,21 @@ TEST(Layers, SequentialEqualsManualComposition) {
   expect_module_gradients(seq, x);
 }
 
+TEST(Layers, SequentialFusesReluIntoLinearAndConv) {
+  nn::manual_seed(4);
+  nn::Conv2d<double, ts::cpu> conv(2, 3, 3, {.padding = {1, 1}});
+  nn::Linear<double, ts::cpu> fc(3 * 4 * 4, 5);
+  nn::Sequential seq{conv, nn::ReLU<double, ts::cpu>(), nn::Flatten<double, ts::cpu>(), fc,
+                     nn::ReLU<double, ts::cpu>()};
+  const auto x = rnd({2, 2, 4, 4}, 16);
+  const auto fused = seq(x).value().to_vector();
+  const auto manual = ts::relu(fc(ts::flatten(ts::relu(conv(x)), 1))).value().to_vector();
+  ASSERT_EQ(fused.size(), manual.size());
+  for (size_t i = 0; i < fused.size(); ++i) EXPECT_NEAR(fused[i], manual[i], 1e-12);
+  int zeros = 0;
+  for (double v : fused) zeros += v == 0;
+  EXPECT_GT(zeros, 0);  // the ReLU did clip something, so its gradient mask matters
+  expect_module_gradients(seq, x);
+}
+
 }  // namespace

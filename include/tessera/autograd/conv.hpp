@@ -13,11 +13,6 @@ template <class T, class B>
 Tensor<T, B> value_or_none(const Variable<T, B>& v) {
   return v.defined() ? v.value() : Tensor<T, B>();
 }
-/// The output gradient with a fused ReLU undone: zero where the op's output y is 0.
-template <class T, class B>
-Tensor<T, B> through_relu(const Tensor<T, B>& g, const Tensor<T, B>& y, bool relu) {
-  return relu ? map(fn::grad::relu{}, g, y) : g;
-}
 }  // namespace autograd::detail
 
 /// 2-D convolution, as tessera::conv2d (bias may be an undefined Variable; opts.relu fuses a

@@ -117,6 +117,14 @@ struct max_lhs {
 };
 }  // namespace fn::grad
 
+namespace autograd::detail {
+/// The output gradient with a fused ReLU undone: zero where the op's output y is 0.
+template <class T, class B>
+Tensor<T, B> through_relu(const Tensor<T, B>& g, const Tensor<T, B>& y, bool relu) {
+  return relu ? map(fn::grad::relu{}, g, y) : g;
+}
+}  // namespace autograd::detail
+
 // ---- binary ops ------------------------------------------------------------------------------
 
 /// a + b with broadcasting; the gradients are summed back to each operand's shape.

@@ -32,23 +32,34 @@ Variable<T, B> matmul(const Variable<T, B>& a, const Variable<T, B>& b) {
       });
 }
 
+namespace autograd::detail {
+/// linear, optionally with a ReLU fused into the GEMM's store (nn::Sequential uses it for a
+/// Linear followed by a ReLU).
+template <class T, class B>
+Variable<T, B> linear_op(const Variable<T, B>& x, const Variable<T, B>& w,
+                         const Variable<T, B>& bias, bool relu) {
+  Tensor<T, B> b = bias.defined() ? bias.value() : Tensor<T, B>();
+  Tensor<T, B> y = tessera::detail::linear_impl(x.value(), w.value(), bias.defined() ? &b : nullptr,
+                                                relu);
+  return record(y, {&x, &w, &bias},
+                [xv = x.value(), wv = w.value(), y = relu ? y : Tensor<T, B>(),
+                 relu](const backward_context<T, B>& c) {
+                  const int64_t in = wv.shape()[1], out = wv.shape()[0];
+                  const int64_t rows = in == 0 ? 0 : xv.numel() / in;
+                  const Tensor<T, B> g = through_relu(c.grad(), y, relu).reshape({rows, out});
+                  if (c.needs(0)) c.give(0, matmul(g, wv).reshape(xv.shape().span()));
+                  if (c.needs(1)) c.give(1, matmul(g.transpose(0, 1), xv.reshape({rows, in})));
+                  if (c.needs(2)) c.give(2, sum(g, {0}));
+                });
+}
+}  // namespace autograd::detail
+
 /// Dense layer x [..., in] · wᵀ (w [out, in]) + bias [out] -> [..., out], as tessera::linear;
 /// bias may be an undefined Variable (none).
 template <element_type T, class B>
 Variable<T, B> linear(const Variable<T, B>& x, const Variable<T, B>& w,
                       const Variable<T, B>& bias = {}) {
-  Tensor<T, B> y = bias.defined() ? linear(x.value(), w.value(), bias.value())
-                                  : linear(x.value(), w.value());
-  return autograd::detail::record(
-      std::move(y), {&x, &w, &bias},
-      [xv = x.value(), wv = w.value()](const autograd::backward_context<T, B>& c) {
-        const int64_t in = wv.shape()[1], out = wv.shape()[0];
-        const int64_t rows = in == 0 ? 0 : xv.numel() / in;
-        const Tensor<T, B> g = c.grad().reshape({rows, out});
-        if (c.needs(0)) c.give(0, matmul(g, wv).reshape(xv.shape().span()));
-        if (c.needs(1)) c.give(1, matmul(g.transpose(0, 1), xv.reshape({rows, in})));
-        if (c.needs(2)) c.give(2, sum(g, {0}));
-      });
+  return autograd::detail::linear_op(x, w, bias, false);
 }
 
 TESSERA_END_NAMESPACE

@@ -46,6 +46,9 @@ class Linear : public Module<T, B> {
     detail::default_init(weight.value(), with_bias ? &b : nullptr, in_features);
   }
   Variable<T, B> forward(const Variable<T, B>& x) override { return linear(x, weight, bias); }
+  Variable<T, B> forward_relu(const Variable<T, B>& x) override {
+    return autograd::detail::linear_op(x, weight, bias, true);
+  }
 };
 
 /// 2-D convolution layer: weight [out, in / groups, kh, kw], optional bias [out].
@@ -78,6 +81,11 @@ class Conv2d : public Module<T, B> {
       : Conv2d(in_channels, out_channels, {kernel, kernel}, opts, with_bias) {}
   Variable<T, B> forward(const Variable<T, B>& x) override {
     return conv2d(x, weight, bias, options);
+  }
+  Variable<T, B> forward_relu(const Variable<T, B>& x) override {
+    Conv2dOptions fused = options;
+    fused.relu = true;
+    return conv2d(x, weight, bias, fused);
   }
 };
 
@@ -245,9 +253,17 @@ class Sequential : public Module<T, B> {
     layers_.push_back(std::move(p));
     return *this;
   }
+  /// Runs the layers in order; a layer followed by a ReLU runs as one (forward_relu).
   Variable<T, B> forward(const Variable<T, B>& x) override {
     Variable<T, B> y = x;
-    for (auto& layer : layers_) y = layer->forward(y);
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      if (i + 1 < layers_.size() && dynamic_cast<const ReLU<T, B>*>(layers_[i + 1].get())) {
+        y = layers_[i]->forward_relu(y);
+        ++i;
+      } else {
+        y = layers_[i]->forward(y);
+      }
+    }
     return y;
   }
   size_t size() const { return layers_.size(); }

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "../autograd/variable.hpp"
+#include "../autograd/elementwise.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 namespace nn {
@@ -44,6 +44,10 @@ class Module {
 
   /// The layer's computation.
   virtual variable forward(const variable& x) = 0;
+  /// forward followed by a ReLU. Layers that can apply the ReLU inside their own kernel (Linear,
+  /// Conv2d: in the GEMM's store) override it; Sequential calls it for a layer followed by ReLU,
+  /// which saves a pass over the activations forward and backward.
+  virtual variable forward_relu(const variable& x) { return relu(forward(x)); }
   /// Calls forward. A Tensor argument is wrapped in a Variable that needs no gradient.
   variable operator()(const variable& x) { return forward(x); }
   variable operator()(const tensor& x) { return forward(variable(x)); }

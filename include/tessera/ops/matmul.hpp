@@ -245,7 +245,7 @@ void gemm(double alpha, const Tensor<TA, B>& a, const Tensor<TB, B>& b, double b
 namespace detail {
 template <class TX, class TW, class B, class TBias>
 Tensor<matmul_t<TX, TW>, B> linear_impl(const Tensor<TX, B>& x, const Tensor<TW, B>& w,
-                                        const Tensor<TBias, B>* bias) {
+                                        const Tensor<TBias, B>* bias, bool relu = false) {
   using Acc = gemm_acc_t<TX, TW>;
   x.check_defined("linear"), w.check_defined("linear");
   if (x.rank() < 1 || w.rank() != 2)
@@ -256,6 +256,7 @@ Tensor<matmul_t<TX, TW>, B> linear_impl(const Tensor<TX, B>& x, const Tensor<TW,
     fail<shape_error>("linear", "x has ", in, " features but w is ", w.shape(), " (expected [out, ",
                       in, "])");
   gemm_extras<Acc, B> extras;
+  extras.relu = relu;  // max(., 0) in the GEMM's store (nn fuses Linear + ReLU this way)
   if (bias) {
     bias->check_defined("linear");
     if (bias->rank() != 1 || bias->shape()[0] != out_features)
