@@ -5,7 +5,7 @@
 #
 #   example  compiler, CMake, Ninja, zlib, the Fashion-MNIST dataset  (workflow preset example)
 #   test     example + GoogleTest, Google Benchmark, Eigen, NumPy      (workflow preset test)
-#   bench    test + OpenBLAS and oneDNN as extra benchmark anchors     (workflow preset bench)
+#   bench    test + OpenBLAS, oneDNN and LibTorch as benchmark anchors (workflow preset bench)
 #
 # Idempotent: when everything is installed it touches nothing (no apt-get update). Needs root,
 # or sudo when run as another user.

@@ -63,6 +63,19 @@ struct variable_node {
   std::vector<std::shared_ptr<variable_node>> inputs;
   std::function<void(backward_context<T, B>&)> backward;
 
+  /// Drops the history iteratively: the default destructor would free a long chain of inputs
+  /// recursively, one stack frame per node, and overflow the stack on a deep un-run history.
+  ~variable_node() {
+    std::vector<std::shared_ptr<variable_node>> pending = std::move(inputs);
+    while (!pending.empty()) {
+      std::shared_ptr<variable_node> n = std::move(pending.back());
+      pending.pop_back();
+      // The last owner unlinks the node's inputs first, so freeing it recurses no further.
+      if (n && n.use_count() == 1)
+        for (auto& in : n->inputs) pending.push_back(std::move(in));
+    }
+  }
+
   bool is_leaf() const { return !backward && !released; }
 
   /// Adds g (shaped like value) to grad. `owned`: g is a fresh tensor no one else holds, so it
@@ -277,10 +290,14 @@ void Variable<T, B>::backward(const Tensor<T, B>& seed, bool retain_graph) const
     tessera::detail::fail<error>("backward",
                                  "the Variable does not require grad (no parameter reaches it, "
                                  "or it was computed under no_grad)");
-  if (root.released)
-    tessera::detail::fail<error>("backward",
-                                 "its history was already released by an earlier backward "
-                                 "(pass retain_graph = true to call backward twice)");
+  const auto order = detail::topological_order(&root);
+  // A released node has no closure left and would pass for a leaf, silently cutting the
+  // gradient: refuse a history that an earlier backward released anywhere, not only at the root.
+  for (const node* n : order)
+    if (n->released)
+      tessera::detail::fail<error>("backward",
+                                   "its history was already released by an earlier backward "
+                                   "(pass retain_graph = true to call backward twice)");
   if (seed.defined()) {
     if (!(seed.shape() == root.value.shape()))
       tessera::detail::fail<shape_error>("backward", "seed of shape ", seed.shape(),
@@ -293,7 +310,6 @@ void Variable<T, B>::backward(const Tensor<T, B>& seed, bool retain_graph) const
                                          root.value.shape(), " (only one-element ones default to 1)");
     root.accumulate(ones<T, B>(root.value.shape()), true);
   }
-  const auto order = detail::topological_order(&root);
   // Reverse post-order: every consumer of a node runs its backward before the node's own.
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     node& n = **it;
