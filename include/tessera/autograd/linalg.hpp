@@ -45,7 +45,9 @@ Variable<T, B> linear_op(const Variable<T, B>& x, const Variable<T, B>& w,
                 [xv = x.value(), wv = w.value(), y = relu ? y : Tensor<T, B>(),
                  relu](const backward_context<T, B>& c) {
                   const int64_t in = wv.shape()[1], out = wv.shape()[0];
-                  const int64_t rows = in == 0 ? 0 : xv.numel() / in;
+                  // From x's leading dims, not numel / in: with in == 0 that would lose the rows.
+                  int64_t rows = 1;
+                  for (int d = 0; d + 1 < xv.rank(); ++d) rows *= xv.shape()[d];
                   const Tensor<T, B> g = through_relu(c.grad(), y, relu).reshape({rows, out});
                   if (c.needs(0)) c.give(0, matmul(g, wv).reshape(xv.shape().span()));
                   if (c.needs(1)) c.give(1, matmul(g.transpose(0, 1), xv.reshape({rows, in})));
