@@ -53,6 +53,7 @@ enum class conv_buffer {
   weights,   // packed weights (calling thread)
   partials,  // weight-gradient partial sums of the other threads (calling thread)
   aux,       // zero-padded output-gradient rows of the direct weight gradient
+  lowering,  // zero-padded input rows and tap offsets that conv_lower_tile lowers from
 };
 template <conv_buffer Role>
 gemm_buffer& thread_conv_buffer() {
@@ -170,7 +171,7 @@ inline conv_row_split conv_split_rows(int64_t units, int64_t ho, int threads) {
 
 /// The padded input rows that output rows [oh0, oh1) of image-group x read, in this thread's
 /// buffer.
-template <class Acc, class TX>
+template <class Acc, conv_buffer Role = conv_buffer::tile, class TX>
 padded_rows<Acc> conv_padded_rows_for(const conv_geometry& g, const TX* x, int64_t oh0, int64_t oh1,
                                       int64_t wo_cover) {
   padded_rows<Acc> xp;
@@ -179,10 +180,32 @@ padded_rows<Acc> conv_padded_rows_for(const conv_geometry& g, const TX* x, int64
   xp.len = padded_rows_len(g, wo_cover);
   xp.stride_w = g.stride_w;
   const int64_t cg = g.cg();
-  xp.data = static_cast<Acc*>(thread_conv_buffer<conv_buffer::tile>().get(
+  xp.data = static_cast<Acc*>(thread_conv_buffer<Role>().get(
       sizeof(Acc) * static_cast<size_t>(cg * xp.rows * xp.stride_w * xp.len)));
   fill_padded_rows(g, x, cg, xp);
   return xp;
+}
+
+/// Lowers output pixels [p0, p0 + cols) of image-group x into tile (row stride ld), as
+/// im2col_tile. Where the lowered type is the input type and has SIMD vectors, the tile's input
+/// rows are first copied zero-padded (a ninth of the lowered size for 3x3) and every run is then
+/// a plain vector copy (im2col_tile_padded).
+template <class D, class TX>
+void conv_lower_tile(const conv_geometry& g, const TX* x, int64_t p0, int64_t cols, D* tile,
+                     int64_t ld) {
+  if constexpr (std::is_same_v<D, TX> && simd::available<D>) {
+    constexpr int64_t width = simd::vec<D>::width;
+    const int64_t oh0 = p0 / g.wo, oh1 = (p0 + cols - 1) / g.wo + 1, Q = g.cg() * g.taps();
+    // A run starting at column ow0 loads whole vectors up to wo + width - 2.
+    const int64_t wo_cover = g.wo + width;
+    const padded_rows<D> xp = conv_padded_rows_for<D, conv_buffer::lowering>(g, x, oh0, oh1, wo_cover);
+    static thread_local std::vector<int64_t> off;
+    off.resize(static_cast<size_t>(Q));
+    xp.tap_offsets(g, g.cg(), off.data());
+    im2col_tile_padded(g, xp, off.data(), p0, cols, tile, ld);
+  } else {
+    im2col_tile(g, x, p0, cols, tile, ld);
+  }
 }
 
 /// Direct forward: work items are row ranges of image-groups; blocks of 4 output channels x 2
@@ -274,7 +297,7 @@ void conv_forward_implicit(const conv_forward_problem<TX, TW, Acc>& p) {
     // micro-kernel reads its B panels in place (row stride ld). Columns past cols are zero.
     Acc* bt = static_cast<Acc*>(
         thread_conv_buffer<conv_buffer::tile>().get(sizeof(Acc) * static_cast<size_t>(Q * ld)));
-    im2col_tile(g, p.x + (img * g.c + gi * cg) * g.h * g.w, p0, cols, bt, ld);
+    conv_lower_tile(g, p.x + (img * g.c + gi * cg) * g.h * g.w, p0, cols, bt, ld);
     if (cols < ld)
       for (int64_t q = 0; q < Q; ++q) std::fill(bt + q * ld + cols, bt + (q + 1) * ld, Acc(0));
     Acc* y = p.y + (img * g.k + gi * kg) * P + p0;
@@ -473,7 +496,7 @@ void conv_backward_weight_cpu(const conv_backward_weight_problem<TX, TG, Acc>& p
     }
     D* tile = static_cast<D*>(
         thread_conv_buffer<conv_buffer::tile>().get(sizeof(D) * static_cast<size_t>(Q * np)));
-    im2col_tile(g, x, p0, cols, tile, cols);
+    conv_lower_tile(g, x, p0, cols, tile, cols);
     pr.b = tile, pr.b_rs = 1, pr.b_cs = cols;
     conv_gemm_block(pr);
   });

@@ -8,12 +8,13 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
 #include "../../../detail/conv_problem.hpp"
 #include "../gemm/pack.hpp"
 #include "../simd/vec.hpp"
+#include "direct.hpp"
+#include "short_copy.hpp"
 
 #if (defined(__AVX512F__) || defined(__AVX2__)) && !defined(TESSERA_SIMD_SCALAR) && \
     !defined(__CUDA_ARCH__)
@@ -36,142 +37,6 @@ inline conv_span conv_valid_span(int64_t off, int64_t stride, int64_t w, int64_t
   const int64_t hi = w - off > 0 ? (w - off + stride - 1) / stride : 0;
   const int64_t l = std::clamp(lo, begin, end), h = std::clamp(hi, l, end);
   return {l, h};
-}
-
-// Runs of an im2col row are short (a panel is 16-32 pixels): a memcpy/memset call per run costs
-// more than the copy (measured: a third of a 3x3 forward). GCC turns plain copy loops back into
-// those calls; this keeps them as loops.
-#if defined(__GNUC__) && !defined(__clang__)
-#define TESSERA_DETAIL_KEEP_LOOPS __attribute__((optimize("no-tree-loop-distribute-patterns")))
-#else
-#define TESSERA_DETAIL_KEEP_LOOPS
-#endif
-
-#if (defined(__AVX512F__) || defined(__AVX2__)) && !defined(TESSERA_SIMD_SCALAR) && \
-    !defined(__CUDA_ARCH__)
-#define TESSERA_DETAIL_MASKED_TAILS 1
-/// The last n < 16 (AVX-512) or n < 8 (AVX2) floats of a row, as one masked load and store:
-/// a 14-pixel row is then two instructions instead of fourteen scalar copies.
-TESSERA_ALWAYS_INLINE void copy_float_tail(float* dst, const float* src, int64_t n) {
-#if defined(__AVX512F__)
-  const __mmask16 m = static_cast<__mmask16>((1u << n) - 1);
-  _mm512_mask_storeu_ps(dst, m, src ? _mm512_maskz_loadu_ps(m, src) : _mm512_setzero_ps());
-#else
-  const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)),
-                                       _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  _mm256_maskstore_ps(dst, m, src ? _mm256_maskload_ps(src, m) : _mm256_setzero_ps());
-#endif
-}
-
-inline constexpr int float_lanes =
-#if defined(__AVX512F__)
-    16;
-#else
-    8;
-#endif
-
-/// dst[0, n) = src[0, n) with whole-vector stores that may run up to a vector past n (where the
-/// caller writes again later); src is read past n only below src_limit, masked beyond.
-TESSERA_ALWAYS_INLINE void copy_run_float(float* dst, const float* src, int64_t n,
-                                          const float* src_limit) {
-  for (int64_t i = 0; i < n; i += float_lanes) {
-    const int64_t c = std::min<int64_t>(n - i, float_lanes);
-#if defined(__AVX512F__)
-    if (src + i + float_lanes <= src_limit)
-      _mm512_storeu_ps(dst + i, _mm512_loadu_ps(src + i));
-    else
-      _mm512_storeu_ps(dst + i,
-                       _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << c) - 1), src + i));
-#else
-    if (src + i + float_lanes <= src_limit) {
-      _mm256_storeu_ps(dst + i, _mm256_loadu_ps(src + i));
-    } else {
-      const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(c)),
-                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-      _mm256_storeu_ps(dst + i, _mm256_maskload_ps(src + i, m));
-    }
-#endif
-  }
-}
-#if defined(__AVX512F__)
-/// dst[0, n) = src[0, 2, 4, ...) (stride 2), as copy_run_float: two loads and one two-source
-/// permute per 16 values instead of 16 scalar copies.
-TESSERA_ALWAYS_INLINE void copy_run2_float(float* dst, const float* src, int64_t n,
-                                           const float* src_limit) {
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  for (int64_t i = 0; i < n; i += 16) {
-    const float* s = src + 2 * i;
-    if (s + 32 <= src_limit) {
-      _mm512_storeu_ps(dst + i,
-                       _mm512_permutex2var_ps(_mm512_loadu_ps(s), even, _mm512_loadu_ps(s + 16)));
-    } else {
-      for (int64_t k = i; k < std::min<int64_t>(n, i + 16); ++k) dst[k] = src[2 * k];
-    }
-  }
-}
-inline constexpr bool have_copy_run2_float = true;
-#else
-inline constexpr bool have_copy_run2_float = false;
-TESSERA_ALWAYS_INLINE void copy_run2_float(float*, const float*, int64_t, const float*) {}
-#endif
-
-/// dst[0, n) = 0 with whole-vector stores, as copy_run_float.
-TESSERA_ALWAYS_INLINE void zero_run_float(float* dst, int64_t n) {
-  for (int64_t i = 0; i < n; i += float_lanes)
-#if defined(__AVX512F__)
-    _mm512_storeu_ps(dst + i, _mm512_setzero_ps());
-#else
-    _mm256_storeu_ps(dst + i, _mm256_setzero_ps());
-#endif
-}
-#endif
-
-/// dst[0, n) = 0, for short n.
-template <class D>
-TESSERA_DETAIL_KEEP_LOOPS TESSERA_ALWAYS_INLINE void zero_short(D* dst, int64_t n) {
-  int64_t i = 0;
-  if constexpr (simd::available<D>) {
-    using V = simd::vec<D>;
-    for (; i + V::width <= n; i += V::width) V::broadcast(D(0)).store(dst + i);
-#if defined(TESSERA_DETAIL_MASKED_TAILS)
-    if constexpr (std::is_same_v<D, float>) {
-      if (i < n) copy_float_tail(dst + i, nullptr, n - i);
-      return;
-    }
-#endif
-  }
-  for (; i < n; ++i) dst[i] = D(0);
-}
-
-/// dst[i] = src[i * stride] converted to D for i in [0, n), for short n.
-template <class D, class S>
-TESSERA_DETAIL_KEEP_LOOPS TESSERA_ALWAYS_INLINE void copy_short(D* dst, const S* src, int64_t n,
-                                                                int64_t stride, const float* f8) {
-  int64_t i = 0;
-  if constexpr (std::is_same_v<D, S> && simd::available<D>) {
-    using V = simd::vec<D>;
-    if (stride == 1) {
-      for (; i + V::width <= n; i += V::width) V::load(src + i).store(dst + i);
-#if defined(TESSERA_DETAIL_MASKED_TAILS)
-      if constexpr (std::is_same_v<D, float>) {
-        if (i < n) copy_float_tail(dst + i, src + i, n - i);
-        return;
-      }
-#endif
-    }
-  }
-  for (; i < n; ++i) dst[i] = pack_convert<D>(src[i * stride], f8);
-}
-
-/// rows x cols of src (row stride src_ld) into dst with row stride dst_ld >= cols, the columns
-/// past cols zeroed.
-template <class D>
-TESSERA_DETAIL_KEEP_LOOPS void copy_rows_padded(const D* src, int64_t src_ld, int64_t rows,
-                                                int64_t cols, D* dst, int64_t dst_ld) {
-  for (int64_t r = 0; r < rows; ++r) {
-    copy_short(dst + r * dst_ld, src + r * src_ld, cols, 1, nullptr);
-    zero_short(dst + r * dst_ld + cols, dst_ld - cols);
-  }
 }
 
 /// Calls f(q, ci, i, j, row_of_input_or_null, ow_begin, ow_end, col) for every tile row q =
@@ -258,6 +123,50 @@ TESSERA_DETAIL_KEEP_LOOPS void im2col_tile(const conv_geometry& g, const S* x, i
         copy_short(dst + v.lo, row + off + v.lo * g.stride_w, v.hi - v.lo, g.stride_w, f8);
         zero_short(dst + v.hi, ow1 - v.hi);
       });
+}
+
+/// im2col_tile from zero-padded input rows xp (padded_rows covering the tile's output rows, each
+/// phase row long enough for wo rounded up to whole vectors) and the tap offsets off
+/// (padded_rows::tap_offsets): every run of the lowering is a plain vector copy, with no padding
+/// tests, clamps or zero fills. On small images (14 x 14, 3x3: runs of 14 pixels) the general
+/// im2col_tile spent ~30 cycles per run on them, 19% of a CNN training step.
+template <class D>
+TESSERA_DETAIL_KEEP_LOOPS void im2col_tile_padded(const conv_geometry& g, const padded_rows<D>& xp,
+                                                  const int64_t* off, int64_t p0, int64_t np,
+                                                  D* tile, int64_t ld) {
+  using V = simd::vec<D>;
+  constexpr int64_t W = V::width;
+  struct run {
+    const D* src;  // the run's first input element for tap offset 0
+    int64_t n, col;
+  };
+  constexpr int max_runs = 64;
+  run runs[max_runs];
+  const int64_t Q = g.cg() * g.taps();
+  for (int64_t p = p0; p < p0 + np;) {
+    int nruns = 0;
+    for (; p < p0 + np && nruns < max_runs; ++nruns) {
+      const int64_t oh = p / g.wo, ow0 = p % g.wo, ow1 = std::min(g.wo, ow0 + (p0 + np - p));
+      runs[nruns] = {xp.row_base(g, oh) + ow0, ow1 - ow0, p - p0};
+      p += ow1 - ow0;
+    }
+    // Whole vectors may store up to W - 1 elements past a run: the next run of the row (or, for
+    // a batch's last run, the next batch) writes them again. Only the tile's last run is exact.
+    const bool last_batch = p == p0 + np;
+    for (int64_t q = 0; q < Q; ++q) {
+      D* row = tile + q * ld;
+      for (int u = 0; u < nruns; ++u) {
+        const D* src = runs[u].src + off[q];
+        D* dst = row + runs[u].col;
+        const int64_t n = runs[u].n;
+        if (last_batch && u == nruns - 1) {
+          copy_short(dst, src, n, 1, nullptr);
+          continue;
+        }
+        for (int64_t i = 0; i < n; i += W) V::load(src + i).store(dst + i);
+      }
+    }
+  }
 }
 
 /// The inverse of im2col_tile, accumulating: x value for row q and output pixel p0 + col +=
