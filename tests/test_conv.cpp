@@ -1376,6 +1376,48 @@ void expect_error(F f, const std::string& op, const std::vector<std::string>& pa
   }
 }
 
+/// The fused ReLU-mask + bias-gradient pass the autograd conv backward uses: g = dy * (y > 0)
+/// and db = g summed per channel, against the definition, on planes below, at and across the
+/// 1024-element summation block; the same bits on one and two threads.
+template <class T>
+void check_bias_backward_masked() {
+  ts::Generator gen(71);
+  for (const ts::Shape& s : {ts::Shape{3, 5, 1}, ts::Shape{2, 3, 7, 3}, ts::Shape{2, 4, 32, 32},
+                             ts::Shape{3, 2, 1500}, ts::Shape{1, 1, 2049}}) {
+    const std::string what = name_of<T>() + " bias backward " + s.to_string();
+    const int64_t k = s[1], plane = s.numel() / (s[0] * k);
+    auto dy = ints<T>(s, gen), y = ints<T>(s, gen);
+    const vec dyd = tt::to_doubles(dy), yd = tt::to_doubles(y);
+    vec masked = dyd;
+    for (size_t i = 0; i < masked.size(); ++i) masked[i] = yd[i] > 0 ? dyd[i] : 0.0;
+    ts::set_num_threads(1);
+    auto [g1, db1] = ts::detail::conv_bias_backward_masked("test", dy, y, true);
+    ts::set_num_threads(2);
+    auto [g2, db2] = ts::detail::conv_bias_backward_masked("test", dy, y, true);
+    auto [none, db_only] = ts::detail::conv_bias_backward_masked("test", dy, y, false);
+    auto [copy, db_plain] =
+        ts::detail::conv_bias_backward_masked("test", dy, ts::Tensor<T>(), true);
+    ts::set_num_threads(0);
+    EXPECT_FALSE(none.defined()) << what;
+    expect_match(tt::to_doubles(g1), masked, s, what + " mask");
+    expect_match(tt::to_doubles(db1), ref_bias_grad(masked, k, plane), ts::Shape{k}, what + " db");
+    expect_match(tt::to_doubles(copy), dyd, s, what + " unmasked copy");
+    expect_match(tt::to_doubles(db_plain), ref_bias_grad(dyd, k, plane), ts::Shape{k},
+                 what + " db without relu");
+    EXPECT_EQ(tt::to_doubles(db1), tt::to_doubles(db2)) << what << ": thread count changed bits";
+    EXPECT_EQ(tt::to_doubles(db1), tt::to_doubles(db_only)) << what;
+    EXPECT_EQ(tt::to_doubles(g1), tt::to_doubles(g2)) << what;
+  }
+  expect_error<ts::shape_error>(
+      [] {
+        ts::detail::conv_bias_backward_masked("conv backward", ts::Tensor<T>({2, 3}),
+                                              ts::Tensor<T>({3, 2}), true);
+      },
+      "conv backward", {"relu output", "[3, 2]", "[2, 3]"}, "bias backward shape");
+}
+TEST(ConvBiasBackward, MaskedFloat) { check_bias_backward_masked<float>(); }
+TEST(ConvBiasBackward, MaskedDouble) { check_bias_backward_masked<double>(); }
+
 TEST(ConvErrors, Conv2dArguments) {
   auto f = [](ts::Shape s) { return ts::ones<float>(s); };
   auto x = f({1, 6, 5, 5});

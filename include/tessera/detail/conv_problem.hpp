@@ -65,5 +65,19 @@ struct conv_backward_weight_problem {
   Acc* dw = nullptr;
 };
 
+/// The bias gradient of a convolution, with the ReLU mask of a fused conv+ReLU before it: for
+/// contiguous dy [n, k, plane] and y (the ReLU's output, same shape, or null for no ReLU),
+/// g = y ? dy * (y > 0) : dy is written to `masked` (when not null) and db[k] = the sum of g over
+/// n and plane, in an order fixed by the shape alone (the thread count does not change it).
+/// One pass: the mask and the sum read dy once, while it is in cache.
+template <class T>
+struct conv_bias_backward_problem {
+  int64_t n = 0, k = 0, plane = 0;
+  const T* dy = nullptr;
+  const T* y = nullptr;  // [n, k, plane] or null
+  T* masked = nullptr;   // [n, k, plane] or null
+  T* db = nullptr;       // [k]
+};
+
 }  // namespace detail
 TESSERA_END_NAMESPACE

@@ -506,6 +506,48 @@ void conv_backward_weight_cpu(const conv_backward_weight_problem<TX, TG, Acc>& p
   }
 }
 
+/// Bias gradient (and ReLU mask) of conv_bias_backward_problem: threads split the channels;
+/// each channel sums its planes in batch order, blocks of 1024 in T and the block sums in
+/// double, so results do not depend on the thread count and stay accurate on large planes.
+/// The pass streams dy and y from memory (the CNN's layers exceed the caches): it runs at memory
+/// speed, which is why it reads dy once for both the mask and the sum.
+template <class T>
+void conv_bias_backward_cpu(const conv_bias_backward_problem<T>& p) {
+  constexpr int64_t block = 1024;
+  parallel_for(p.k, p.n * p.plane, [&](int64_t k0, int64_t k1) {
+    for (int64_t ch = k0; ch < k1; ++ch) {
+      double total = 0;
+      for (int64_t b = 0; b < p.n; ++b) {
+        const int64_t base = (b * p.k + ch) * p.plane;
+        const T* dy = p.dy + base;
+        const T* y = p.y ? p.y + base : nullptr;
+        T* out = p.masked ? p.masked + base : nullptr;
+        for (int64_t i0 = 0; i0 < p.plane; i0 += block) {
+          const int64_t i1 = std::min(p.plane, i0 + block);
+          T s = 0;
+          if (y && out) {
+#pragma omp simd reduction(+ : s)
+            for (int64_t i = i0; i < i1; ++i) {
+              const T g = y[i] > T(0) ? dy[i] : T(0);
+              out[i] = g;
+              s += g;
+            }
+          } else if (y) {
+#pragma omp simd reduction(+ : s)
+            for (int64_t i = i0; i < i1; ++i) s += y[i] > T(0) ? dy[i] : T(0);
+          } else {
+#pragma omp simd reduction(+ : s)
+            for (int64_t i = i0; i < i1; ++i) s += dy[i];
+            if (out) std::copy(dy + i0, dy + i1, out + i0);
+          }
+          total += static_cast<double>(s);
+        }
+      }
+      p.db[ch] = static_cast<T>(total);
+    }
+  });
+}
+
 }  // namespace detail
 
 namespace backend {
@@ -522,6 +564,10 @@ struct conv_kernel<cpu> {
   template <class TX, class TG, class Acc>
   static void run(const detail::conv_backward_weight_problem<TX, TG, Acc>& p) {
     detail::conv_backward_weight_cpu(p);
+  }
+  template <class T>
+  static void run(const detail::conv_bias_backward_problem<T>& p) {
+    detail::conv_bias_backward_cpu(p);
   }
 };
 }  // namespace backend
