@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
       ts::io::load(model, args.eval);
       const auto t = clock_type::now();
       const double acc = accuracy(predict(model, test), test);
-      std::printf("%s: test accuracy %.2f%% (inference %.2f s)\n", args.eval.c_str(), acc,
+      std::printf("%s: test accuracy %.2f%% (inference %.3f s)\n", args.eval.c_str(), acc,
                   seconds_since(t));
       return 0;
     }
@@ -182,7 +182,7 @@ int main(int argc, char** argv) {
       predicted = predict(model, test);
       const double infer_s = seconds_since(t_eval);
       std::printf("%sepoch %d: loss %.4f, train %.2f s (%.0f samples/s), test accuracy %.2f%%, "
-                  "inference %.2f s\n",
+                  "inference %.3f s\n",
                   tty ? "\n" : "", epoch, loss_sum / static_cast<double>(total), train_s,
                   static_cast<double>(seen) / train_s, accuracy(predicted, test), infer_s);
     }
