@@ -10,9 +10,13 @@
 #if defined(__CUDACC__)
 #define TESSERA_HOST_DEVICE __host__ __device__
 #define TESSERA_DEVICE __device__
+// Before a host-device function template that some instantiations call with host-only types
+// (SIMD packs): nvcc then checks only the instantiations device code actually calls.
+#define TESSERA_HD_EXEC_CHECK_DISABLE _Pragma("nv_exec_check_disable")
 #else
 #define TESSERA_HOST_DEVICE
 #define TESSERA_DEVICE
+#define TESSERA_HD_EXEC_CHECK_DISABLE
 #endif
 
 #if defined(_MSC_VER)

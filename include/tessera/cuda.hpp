@@ -1,6 +1,7 @@
 // tessera/cuda.hpp - the umbrella header for the CUDA backend: everything in tessera.hpp plus
-// tessera::cuda's memory, elementwise and reduction kernels. Include it from .cu files compiled
-// by nvcc (C++20; --extended-lambda for `[] __device__ (...)` functors passed to map).
+// tessera::cuda's memory, elementwise, reduction, matrix-product and optimizer kernels. Include
+// it from .cu files compiled by nvcc (C++20; --extended-lambda for `[] __device__ (...)`
+// functors passed to map).
 #pragma once
 
 #if !defined(__CUDACC__)
@@ -9,9 +10,12 @@
 
 #include "tessera.hpp"
 
-// The CUDA backend: specialisations of backend::memory, map_kernel and reduce_kernel for cuda.
+// The CUDA backend: specialisations of backend::memory, map_kernel, reduce_kernel, gemm_kernel
+// and optim_kernel for cuda.
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/error.hpp"
+#include "backend/cuda/gemm.cuh"
 #include "backend/cuda/launch.hpp"
 #include "backend/cuda/memory.hpp"
+#include "backend/cuda/optim.cuh"
 #include "backend/cuda/reduce.cuh"

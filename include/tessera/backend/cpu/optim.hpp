@@ -45,18 +45,18 @@ template <class T>
 requires std::is_floating_point_v<T>
 struct lanes<T> {
   static constexpr int width = 1;
-  static T load(const T* p) { return *p; }
-  static void store(T v, T* p) { *p = v; }
-  static T splat(T x) { return x; }
-  static T fma(T a, T b, T c) {
+  TESSERA_HOST_DEVICE static T load(const T* p) { return *p; }
+  TESSERA_HOST_DEVICE static void store(T v, T* p) { *p = v; }
+  TESSERA_HOST_DEVICE static T splat(T x) { return x; }
+  TESSERA_HOST_DEVICE static T fma(T a, T b, T c) {
     if constexpr (simd::available<T>)
       return std::fma(a, b, c);  // the same single rounding as the vector lanes
     else
       return a * b + c;
   }
-  static T sqrt(T a) { return std::sqrt(a); }
+  TESSERA_HOST_DEVICE static T sqrt(T a) { return std::sqrt(a); }
   /// NaN when either is NaN, as torch.maximum and simd::max.
-  static T max(T a, T b) { return a != a ? a : (b != b ? b : (a < b ? b : a)); }
+  TESSERA_HOST_DEVICE static T max(T a, T b) { return a != a ? a : (b != b ? b : (a < b ? b : a)); }
 };
 
 template <class T>
@@ -79,8 +79,9 @@ inline constexpr int64_t block = 64;
 /// SGD over elements [b, e) with V = scalar or pack; returns where it stopped (the start of a
 /// tail shorter than one pack). WD: weight decay; MOM: momentum != 0; FIRST: the buffer starts
 /// as the gradient; NEST: Nesterov.
+TESSERA_HD_EXEC_CHECK_DISABLE
 template <class V, bool WD, bool MOM, bool FIRST, bool NEST, class P>
-int64_t sgd_range(const P& pr, int64_t b, int64_t e) {
+TESSERA_HOST_DEVICE int64_t sgd_range(const P& pr, int64_t b, int64_t e) {
   using L = lanes<V>;
   using T = std::remove_cvref_t<decltype(*pr.param)>;
   // Locals, not pr's members, inside the loop: stores through T* could alias pr's T fields, so
@@ -112,8 +113,9 @@ int64_t sgd_range(const P& pr, int64_t b, int64_t e) {
 
 /// Adam over elements [b, e); WD: L2 weight decay added to the gradient (Adam's, not AdamW's,
 /// which is the `decay` factor applied to the parameter); AMS: AMSGrad.
+TESSERA_HD_EXEC_CHECK_DISABLE
 template <class V, bool WD, bool AMS, class P>
-int64_t adam_range(const P& pr, int64_t b, int64_t e) {
+TESSERA_HOST_DEVICE int64_t adam_range(const P& pr, int64_t b, int64_t e) {
   using L = lanes<V>;
   using T = std::remove_cvref_t<decltype(*pr.param)>;
   T* const param = pr.param;
@@ -147,6 +149,36 @@ int64_t adam_range(const P& pr, int64_t b, int64_t e) {
   return i;
 }
 
+/// Calls go.template operator()<WD, MOM, FIRST, NEST>() with the flags of an SGD problem, so
+/// every backend instantiates one branch-free body per combination it meets.
+template <class T, class Go>
+void with_sgd_flags(const sgd_problem<T>& pr, Go&& go) {
+  // The buffer pointer, not momentum in T, says whether there is momentum: a tiny momentum
+  // that rounds to 0 in float still keeps the buffer as PyTorch does.
+  const bool wd = pr.weight_decay != T(0), mom = pr.momentum_buffer != nullptr;
+  auto with_momentum = [&]<bool WD>() {
+    if (!mom)
+      go.template operator()<WD, false, false, false>();
+    else if (pr.first_step)
+      pr.nesterov ? go.template operator()<WD, true, true, true>()
+                  : go.template operator()<WD, true, true, false>();
+    else
+      pr.nesterov ? go.template operator()<WD, true, false, true>()
+                  : go.template operator()<WD, true, false, false>();
+  };
+  wd ? with_momentum.template operator()<true>() : with_momentum.template operator()<false>();
+}
+
+/// Calls go.template operator()<WD, AMS>() with the flags of an Adam problem.
+template <class T, class Go>
+void with_adam_flags(const adam_problem<T>& pr, Go&& go) {
+  const bool wd = pr.weight_decay != T(0);
+  if (pr.amsgrad)
+    wd ? go.template operator()<true, true>() : go.template operator()<false, true>();
+  else
+    wd ? go.template operator()<true, false>() : go.template operator()<false, false>();
+}
+
 /// Runs range<pack> then range<scalar> for the tail over [b, e).
 template <class T, class F>
 void vector_then_tail(int64_t b, int64_t e, F&& range) {
@@ -173,40 +205,21 @@ struct optim_kernel<cpu> {
   /// One SGD step over pr.n contiguous elements (see detail::sgd_problem).
   template <class T>
   static void sgd(const detail::sgd_problem<T>& pr) {
-    // The buffer pointer, not momentum in T, says whether there is momentum: a tiny momentum
-    // that rounds to 0 in float still keeps the buffer as PyTorch does.
-    const bool wd = pr.weight_decay != T(0), mom = pr.momentum_buffer != nullptr;
-    auto go = [&]<bool WD, bool MOM, bool FIRST, bool NEST>() {
+    detail::optim::with_sgd_flags(pr, [&]<bool WD, bool MOM, bool FIRST, bool NEST>() {
       detail::optim::run_blocks<T>(pr.n, 8, [&]<class V>(V, int64_t b, int64_t e) {
         return detail::optim::sgd_range<V, WD, MOM, FIRST, NEST>(pr, b, e);
       });
-    };
-    auto with_momentum = [&]<bool WD>() {
-      if (!mom)
-        go.template operator()<WD, false, false, false>();
-      else if (pr.first_step)
-        pr.nesterov ? go.template operator()<WD, true, true, true>()
-                    : go.template operator()<WD, true, true, false>();
-      else
-        pr.nesterov ? go.template operator()<WD, true, false, true>()
-                    : go.template operator()<WD, true, false, false>();
-    };
-    wd ? with_momentum.template operator()<true>() : with_momentum.template operator()<false>();
+    });
   }
 
   /// One Adam / AdamW step over pr.n contiguous elements (see detail::adam_problem).
   template <class T>
   static void adam(const detail::adam_problem<T>& pr) {
-    auto go = [&]<bool WD, bool AMS>() {
+    detail::optim::with_adam_flags(pr, [&]<bool WD, bool AMS>() {
       detail::optim::run_blocks<T>(pr.n, 16, [&]<class V>(V, int64_t b, int64_t e) {
         return detail::optim::adam_range<V, WD, AMS>(pr, b, e);
       });
-    };
-    const bool wd = pr.weight_decay != T(0);
-    if (pr.amsgrad)
-      wd ? go.template operator()<true, true>() : go.template operator()<false, true>();
-    else
-      wd ? go.template operator()<true, false>() : go.template operator()<false, false>();
+    });
   }
 };
 

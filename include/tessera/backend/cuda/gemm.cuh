@@ -1,0 +1,245 @@
+// tessera/backend/cuda/gemm.cuh - the CUDA matrix product: gemm_kernel<cuda> runs a
+// detail::gemm_problem (any strides, batches, alpha/beta, bias, ReLU) with a tiled SIMT kernel
+// for every input type the CPU GEMM takes (float, double, half, bfloat16, fp8 -> float; int8 /
+// uint8 -> int32 exact).
+//
+// The kernel: 128 x 128 output tiles, 256 threads, each thread 8 x 8 outputs in registers,
+// k in steps of 8 through shared memory, the next step's tile loaded into registers while the
+// current one is multiplied (two shared buffers, one barrier per step). Loads follow whichever
+// of the operand's strides is 1, so row- and column-major operands (transposes as views) both
+// read whole 32-byte sectors per warp. Accumulation is in Acc in a fixed order (k ascending),
+// so a result does not depend on the launch geometry. Tensor-core paths (mma.sync, wgmma) are
+// not written yet: see docs/cuda.md.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "../../core/dtype.hpp"
+#include "../../detail/gemm_problem.hpp"
+#include "error.hpp"
+#include "launch.hpp"
+#include "memory.hpp"
+
+TESSERA_BEGIN_NAMESPACE
+namespace detail {
+
+inline constexpr int cuda_gemm_bm = 128, cuda_gemm_bn = 128, cuda_gemm_bk = 8;
+inline constexpr int cuda_gemm_threads = 256;
+
+/// A gemm_problem as the kernel reads it: the same fields, with the batch offsets in device
+/// memory (null: all 0).
+template <class TA, class TB, class Acc>
+struct cuda_gemm_args {
+  int64_t m, n, k;
+  const TA* a;
+  int64_t a_rs, a_cs;
+  const TB* b;
+  int64_t b_rs, b_cs;
+  Acc* c;
+  int64_t c_rs, c_cs;
+  Acc alpha, beta;
+  const Acc* bias;
+  int64_t bias_stride;
+  gemm_bias bias_kind;
+  bool relu;
+  const int64_t* a_off;  // device arrays of `batch` offsets, or null
+  const int64_t* b_off;
+  const int64_t* c_off;
+};
+
+/// An input element in the accumulation type (low-precision floats through float).
+template <class Acc, class T>
+__device__ __forceinline__ Acc cuda_gemm_in(T v) {
+  return static_cast<Acc>(static_cast<compute_t<T>>(v));
+}
+
+/// Loads the [128 x 8] slice of A at (row m0, column k0) into 4 registers per thread (zero
+/// outside the matrix). With a_cs == 1 eight consecutive threads read one row's 8 k values; else
+/// consecutive threads read consecutive rows of one k column.
+template <class Acc, class TA>
+__device__ __forceinline__ void cuda_gemm_load_a(const TA* a, int64_t a_rs, int64_t a_cs, int64_t m,
+                                                 int64_t k, int64_t m0, int64_t k0, Acc (&r)[4],
+                                                 int (&row)[4], int (&col)[4]) {
+  const int t = threadIdx.x;
+  const bool k_fast = a_cs == 1;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int rr = k_fast ? t / 8 + 32 * j : t % 128;
+    const int cc = k_fast ? t % 8 : t / 128 + 2 * j;
+    row[j] = rr, col[j] = cc;
+    const int64_t gi = m0 + rr, gk = k0 + cc;
+    r[j] = gi < m && gk < k ? cuda_gemm_in<Acc>(a[gi * a_rs + gk * a_cs]) : Acc(0);
+  }
+}
+
+/// The [8 x 128] slice of B at (row k0, column n0), likewise: with b_cs == 1 consecutive threads
+/// read consecutive columns of one k row.
+template <class Acc, class TB>
+__device__ __forceinline__ void cuda_gemm_load_b(const TB* b, int64_t b_rs, int64_t b_cs, int64_t k,
+                                                 int64_t n, int64_t k0, int64_t n0, Acc (&r)[4],
+                                                 int (&row)[4], int (&col)[4]) {
+  const int t = threadIdx.x;
+  const bool n_fast = b_cs == 1;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int rr = n_fast ? t / 128 + 2 * j : t % 8;
+    const int cc = n_fast ? t % 128 : t / 8 + 32 * j;
+    row[j] = rr, col[j] = cc;
+    const int64_t gk = k0 + rr, gj = n0 + cc;
+    r[j] = gk < k && gj < n ? cuda_gemm_in<Acc>(b[gk * b_rs + gj * b_cs]) : Acc(0);
+  }
+}
+
+/// One 128 x 128 tile of matrix blockIdx.z (+ 65535 * i for large batches) per block. Thread
+/// (ty, tx) = (t / 16, t % 16) owns rows ty + 16 i and columns tx + 16 j (i, j < 8): a warp's
+/// shared-memory reads of B are 16 consecutive words, of A two broadcast words.
+template <class TA, class TB, class Acc>
+__global__ void __launch_bounds__(cuda_gemm_threads)
+    cuda_gemm_simt(cuda_gemm_args<TA, TB, Acc> p, int64_t batch) {
+  constexpr int BM = cuda_gemm_bm, BN = cuda_gemm_bn, BK = cuda_gemm_bk;
+  __shared__ Acc As[2][BK][BM];
+  __shared__ Acc Bs[2][BK][BN];
+  const int t = threadIdx.x, tx = t % 16, ty = t / 16;
+  const int64_t m0 = int64_t{blockIdx.y} * BM, n0 = int64_t{blockIdx.x} * BN;
+  for (int64_t z = blockIdx.z; z < batch; z += gridDim.z) {
+    const TA* a = p.a + (p.a_off ? p.a_off[z] : 0);
+    const TB* b = p.b + (p.b_off ? p.b_off[z] : 0);
+    Acc* c = p.c + (p.c_off ? p.c_off[z] : 0);
+    Acc acc[8][8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[i][j] = Acc(0);
+
+    if (p.alpha != Acc(0)) {
+      Acc ra[4], rb[4];
+      int ar[4], ac[4], br[4], bc[4];
+      cuda_gemm_load_a<Acc>(a, p.a_rs, p.a_cs, p.m, p.k, m0, 0, ra, ar, ac);
+      cuda_gemm_load_b<Acc>(b, p.b_rs, p.b_cs, p.k, p.n, 0, n0, rb, br, bc);
+      int buf = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) As[0][ac[j]][ar[j]] = ra[j], Bs[0][br[j]][bc[j]] = rb[j];
+      __syncthreads();
+      for (int64_t k0 = 0; k0 < p.k; k0 += BK) {
+        const bool more = k0 + BK < p.k;
+        if (more) {  // the next slice, into registers, while this one is multiplied
+          cuda_gemm_load_a<Acc>(a, p.a_rs, p.a_cs, p.m, p.k, m0, k0 + BK, ra, ar, ac);
+          cuda_gemm_load_b<Acc>(b, p.b_rs, p.b_cs, p.k, p.n, k0 + BK, n0, rb, br, bc);
+        }
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+          Acc av[8], bv[8];
+#pragma unroll
+          for (int i = 0; i < 8; ++i) av[i] = As[buf][kk][ty + 16 * i];
+#pragma unroll
+          for (int j = 0; j < 8; ++j) bv[j] = Bs[buf][kk][tx + 16 * j];
+#pragma unroll
+          for (int i = 0; i < 8; ++i)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) acc[i][j] += av[i] * bv[j];
+        }
+        if (more) {
+          // The other buffer was last read before the previous barrier: safe to overwrite.
+          buf ^= 1;
+#pragma unroll
+          for (int j = 0; j < 4; ++j) As[buf][ac[j]][ar[j]] = ra[j], Bs[buf][br[j]][bc[j]] = rb[j];
+          __syncthreads();
+        }
+      }
+    }
+
+    // Epilogue: alpha * acc (+ beta * c) (+ bias) (relu); beta == 0 never reads c.
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int64_t gi = m0 + ty + 16 * i;
+      if (gi >= p.m) continue;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int64_t gj = n0 + tx + 16 * j;
+        if (gj >= p.n) continue;
+        Acc* out = c + gi * p.c_rs + gj * p.c_cs;
+        Acc v = p.alpha * acc[i][j];
+        if (p.beta != Acc(0)) v += p.beta * *out;
+        if (p.bias_kind == gemm_bias::per_row)
+          v += p.bias[gi * p.bias_stride];
+        else if (p.bias_kind == gemm_bias::per_col)
+          v += p.bias[gj * p.bias_stride];
+        if (p.relu && v < Acc(0)) v = Acc(0);  // NaN compares false: stays NaN, as on the CPU
+        *out = v;
+      }
+    }
+    __syncthreads();  // the next batch matrix reuses the shared buffers
+  }
+}
+
+/// The three batch-offset arrays of a product in one device buffer (one copy, one wait), for
+/// the duration of the product; freed to the cache after the kernel is queued (the stream
+/// orders the block's next user after the kernel).
+class cuda_batch_offsets {
+ public:
+  cuda_batch_offsets(const int64_t* a, const int64_t* b, const int64_t* c, int64_t batch) {
+    if (batch <= 0 || (!a && !b && !c)) return;
+    const size_t n = static_cast<size_t>(batch);
+    std::vector<int64_t> host(3 * n, 0);
+    for (size_t i = 0; i < n; ++i) {
+      if (a) host[i] = a[i];
+      if (b) host[n + i] = b[i];
+      if (c) host[2 * n + i] = c[i];
+    }
+    bytes_ = host.size() * sizeof(int64_t);
+    dev_ = static_cast<int64_t*>(backend::memory<cuda>::allocate(bytes_));
+    backend::memory<cuda>::copy_from_host(dev_, host.data(), bytes_);
+    batch_ = batch;
+  }
+  ~cuda_batch_offsets() {
+    if (dev_) backend::memory<cuda>::deallocate(dev_, bytes_);
+  }
+  cuda_batch_offsets(const cuda_batch_offsets&) = delete;
+  cuda_batch_offsets& operator=(const cuda_batch_offsets&) = delete;
+  const int64_t* a() const { return dev_; }
+  const int64_t* b() const { return dev_ ? dev_ + batch_ : nullptr; }
+  const int64_t* c() const { return dev_ ? dev_ + 2 * batch_ : nullptr; }
+
+ private:
+  int64_t* dev_ = nullptr;
+  int64_t batch_ = 0;
+  size_t bytes_ = 0;
+};
+
+}  // namespace detail
+
+namespace backend {
+
+template <>
+struct gemm_kernel<cuda> {
+  /// c = alpha a·b + beta c (+ bias) (relu) for each batch matrix (see detail::gemm_problem);
+  /// a, b, c, bias point to device memory; the offset arrays are host arrays.
+  template <class TA, class TB, class Acc>
+  static void run(const detail::gemm_problem<TA, TB, Acc>& pr) {
+    if (pr.m <= 0 || pr.n <= 0 || pr.batch <= 0) return;
+    const detail::cuda_batch_offsets off(pr.a_offsets, pr.b_offsets, pr.c_offsets, pr.batch);
+    detail::cuda_gemm_args<TA, TB, Acc> p{
+        pr.m,    pr.n,           pr.k,         pr.a,    pr.a_rs, pr.a_cs,  pr.b,
+        pr.b_rs, pr.b_cs,        pr.c,         pr.c_rs, pr.c_cs, pr.alpha, pr.beta,
+        pr.bias, pr.bias_stride, pr.bias_kind, pr.relu, off.a(), off.b(),  off.c()};
+    // alpha == 0 or k == 0: a and b are not read (the kernel skips the product loop).
+    if (pr.k == 0) p.alpha = Acc(0);
+    const int64_t gx = (pr.n + detail::cuda_gemm_bn - 1) / detail::cuda_gemm_bn;
+    const int64_t gy = (pr.m + detail::cuda_gemm_bm - 1) / detail::cuda_gemm_bm;
+    if (gx > 0x7fffffff || gy > 65535)
+      detail::fail<shape_error>("matmul", "matrix of ", pr.m, " x ", pr.n,
+                                " exceeds the CUDA grid (at most 65535 * 128 rows)");
+    const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy),
+                    static_cast<unsigned>(pr.batch < 65535 ? pr.batch : 65535));
+    detail::cuda_gemm_simt<TA, TB, Acc>
+        <<<grid, detail::cuda_gemm_threads, 0, cuda_stream()>>>(p, pr.batch);
+    TESSERA_CUDA_CHECK_LAUNCH("cuda_gemm_simt");
+  }
+};
+
+}  // namespace backend
+TESSERA_END_NAMESPACE

@@ -1,0 +1,197 @@
+// Tests of the CUDA matrix product (gemm_kernel<cuda>: matmul, gemm, linear) and the CUDA
+// optimizer updates (optim_kernel<cuda>: sgd_step, adam_step), each against the CPU backend on
+// the same inputs. Products use small integers, so every floating dtype's result is exact and
+// must match the CPU's bit for bit whatever the summation order; int8 uses the extremes. Every
+// test skips, with a message, when no CUDA device is visible.
+#include <limits>
+
+#include "cuda_test_util.cuh"
+
+namespace {
+using namespace cuda_test;
+
+template <class T>
+HostT<T> small_ints(const ts::Shape& s, uint64_t seed, int64_t lo = -3, int64_t hi = 3) {
+  ts::Generator g(seed);
+  return ts::randint<T, ts::cpu>(lo, hi + 1, s, g);
+}
+
+template <class T>
+class CudaGemm : public CudaFixture {};
+using GemmDtypes = ::testing::Types<float, double, ts::half, ts::bfloat16, ts::float8_e4m3>;
+TYPED_TEST_SUITE(CudaGemm, GemmDtypes);
+
+struct mnk {
+  int64_t m, n, k;
+};
+// Tile tails on every side, a single element, exact tiles, k shorter and longer than a k-step.
+const mnk shapes[] = {{1, 1, 1},      {7, 5, 3},     {128, 128, 8}, {129, 130, 17},
+                      {300, 257, 65}, {64, 3136, 9}, {33, 1, 200},  {1, 70, 129}};
+
+TYPED_TEST(CudaGemm, MatmulMatchesCpuOnEveryLayout) {
+  using T = TypeParam;
+  uint64_t seed = 1;
+  for (const auto& s : shapes) {
+    const auto a = small_ints<T>({s.m, s.k}, seed++), b = small_ints<T>({s.k, s.n}, seed++);
+    const std::string what =
+        "matmul " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+    const auto mm = [](const auto& x, const auto& y) { return ts::matmul(x, y); };
+    expect_same(what, 0, 0, mm, a, b);
+    // Transposed operands are strided views (column-major reads).
+    const auto at = small_ints<T>({s.k, s.m}, seed++), bt = small_ints<T>({s.n, s.k}, seed++);
+    expect_same(
+        what + " a^T", 0, 0,
+        [](const auto& x, const auto& y) { return ts::matmul(x.transpose(0, 1), y); }, at, b);
+    expect_same(
+        what + " b^T", 0, 0,
+        [](const auto& x, const auto& y) { return ts::matmul(x, y.transpose(0, 1)); }, a, bt);
+    // Every other column of a wider matrix: neither stride is 1.
+    const auto wide = small_ints<T>({s.m, 2 * s.k}, seed++);
+    expect_same(
+        what + " strided a", 0, 0,
+        [](const auto& x, const auto& y) { return ts::matmul(x.slice(1, 0, x.shape()[1], 2), y); },
+        wide, b);
+  }
+}
+
+TYPED_TEST(CudaGemm, BatchedWithBroadcastBatchDims) {
+  using T = TypeParam;
+  const auto a = small_ints<T>({3, 1, 20, 30}, 11), b = small_ints<T>({4, 30, 25}, 12);
+  expect_same(
+      "batched broadcast", 0, 0, [](const auto& x, const auto& y) { return ts::matmul(x, y); }, a,
+      b);
+  const auto v = small_ints<T>({30}, 13);
+  expect_same(
+      "matrix-vector", 0, 0, [](const auto& x, const auto& y) { return ts::matmul(x, y); }, a, v);
+}
+
+TYPED_TEST(CudaGemm, LinearWithBias) {
+  using T = TypeParam;
+  const auto x = small_ints<T>({2, 37, 50}, 21), w = small_ints<T>({19, 50}, 22);
+  const auto bias = small_ints<T>({19}, 23);
+  expect_same(
+      "linear", 0, 0,
+      [](const auto& a, const auto& b, const auto& c) { return ts::linear(a, b, c); }, x, w, bias);
+}
+
+class CudaGemmOps : public CudaFixture {};
+
+TEST_F(CudaGemmOps, Int8AccumulatesExactlyInInt32) {
+  // Extremes: 300 products of +-127/128 stay far inside int32 and are exact.
+  const auto a = small_ints<int8_t>({65, 300}, 31, -128, 127);
+  const auto b = small_ints<int8_t>({300, 129}, 32, -128, 127);
+  expect_same(
+      "int8 matmul", 0, 0, [](const auto& x, const auto& y) { return ts::matmul(x, y); }, a, b);
+  const auto u = small_ints<uint8_t>({17, 40}, 33, 0, 255);
+  expect_same(
+      "int8 x uint8", 0, 0, [](const auto& x, const auto& y) { return ts::matmul(x, y); },
+      b.slice(1, 0, 17).transpose(0, 1).contiguous(), u);
+}
+
+TEST_F(CudaGemmOps, GemmAlphaBetaAndNaNInAnUnreadOutput) {
+  const auto a = small_ints<float>({70, 40}, 41), b = small_ints<float>({40, 90}, 42);
+  const auto c0 = small_ints<float>({70, 90}, 43);
+  const auto run = [&](double alpha, double beta, const HostT<float>& c) {
+    auto host = c.clone();
+    ts::gemm(alpha, a, b, beta, host);
+    auto dev = c.to<ts::cuda>();
+    ts::gemm(alpha, a.to<ts::cuda>(), b.to<ts::cuda>(), beta, dev);
+    expect_close(dev.to<ts::cpu>(), host, 0, 0,
+                 "gemm alpha " + std::to_string(alpha) + " beta " + std::to_string(beta));
+    return dev.to<ts::cpu>();
+  };
+  run(0.5, 2, c0);
+  run(0, 1, c0);
+  const auto nan = ts::full<float, ts::cpu>({70, 90}, std::numeric_limits<float>::quiet_NaN());
+  const auto got = run(1, 0, nan);
+  for (float v : got.to_vector()) ASSERT_FALSE(std::isnan(v)) << "beta = 0 read c";
+}
+
+TEST_F(CudaGemmOps, EmptyInnerDimensionGivesZeros) {
+  const auto a = ts::zeros<float, ts::cpu>({5, 0}), b = ts::zeros<float, ts::cpu>({0, 4});
+  const auto got = ts::matmul(a.to<ts::cuda>(), b.to<ts::cuda>()).to<ts::cpu>();
+  ASSERT_EQ(got.shape(), (ts::Shape{5, 4}));
+  for (float v : got.to_vector()) EXPECT_EQ(v, 0.0f);
+}
+
+TEST_F(CudaGemmOps, WritesIntoAStridedOutputView) {
+  const auto a = small_ints<double>({9, 12}, 51), b = small_ints<double>({12, 7}, 52);
+  auto host = ts::zeros<double, ts::cpu>({7, 9});
+  ts::matmul(a, b, host.transpose(0, 1));
+  auto dev = ts::zeros<double, ts::cuda>({7, 9});
+  ts::matmul(a.to<ts::cuda>(), b.to<ts::cuda>(), dev.transpose(0, 1));
+  expect_close(dev.to<ts::cpu>(), host, 0, 0, "matmul into a transposed view");
+}
+
+TEST_F(CudaGemmOps, ShapeErrorsAreThrownBeforeAnyLaunch) {
+  const auto a = ts::zeros<float, ts::cuda>({3, 4}), b = ts::zeros<float, ts::cuda>({5, 6});
+  EXPECT_THROW(ts::matmul(a, b), ts::shape_error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Optimizer updates: several steps on the device against the same steps on the CPU.
+
+template <class T>
+class CudaOptim : public CudaFixture {};
+using OptimDtypes = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(CudaOptim, OptimDtypes);
+
+template <class T>
+double optim_rtol() {
+  return std::is_same_v<T, float> ? 1e-6 : 1e-14;
+}
+
+TYPED_TEST(CudaOptim, SgdMatchesCpuForEveryFlagCombination) {
+  using T = TypeParam;
+  const ts::SGDStepOptions cases[] = {
+      {.lr = 0.1},
+      {.lr = 0.05, .momentum = 0.9},
+      {.lr = 0.05, .momentum = 0.9, .dampening = 0.1, .weight_decay = 1e-2},
+      {.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-3, .nesterov = true},
+      {.lr = 0.02, .momentum = 0.5, .maximize = true}};
+  int c = 0;
+  for (const auto& o : cases) {
+    const int64_t n = 1000 + 37 * c;  // not a multiple of any block
+    auto w = sample<T>({n}, 60 + c), buf = ts::zeros<T, ts::cpu>({n});
+    auto dw = w.template to<ts::cuda>(), dbuf = buf.template to<ts::cuda>();
+    for (int step = 0; step < 4; ++step) {
+      const auto g = sample<T>({n}, 100 * c + step);
+      ts::sgd_step(w, g, o.momentum > 0 ? buf : HostT<T>(), o, step == 0);
+      ts::sgd_step(dw, g.template to<ts::cuda>(), o.momentum > 0 ? dbuf : DevT<T>(), o, step == 0);
+    }
+    const std::string what = "sgd case " + std::to_string(c);
+    expect_close(dw.template to<ts::cpu>(), w, optim_rtol<T>(), 1e-12, what + " param");
+    if (o.momentum > 0)
+      expect_close(dbuf.template to<ts::cpu>(), buf, optim_rtol<T>(), 1e-12, what + " buffer");
+    ++c;
+  }
+}
+
+TYPED_TEST(CudaOptim, AdamAndAdamWMatchCpu) {
+  using T = TypeParam;
+  const ts::AdamStepOptions cases[] = {
+      {.lr = 1e-2},
+      {.lr = 1e-2, .weight_decay = 1e-2},
+      {.lr = 1e-2, .weight_decay = 1e-2, .decoupled_weight_decay = true},
+      {.lr = 1e-2, .amsgrad = true}};
+  int c = 0;
+  for (const auto& o : cases) {
+    const int64_t n = 777 + c;
+    auto w = sample<T>({n}, 70 + c), m = ts::zeros<T, ts::cpu>({n}), v = ts::zeros<T, ts::cpu>({n}),
+         vmax = ts::zeros<T, ts::cpu>({n});
+    auto dw = w.template to<ts::cuda>(), dm = m.template to<ts::cuda>(),
+         dv = v.template to<ts::cuda>(), dvmax = vmax.template to<ts::cuda>();
+    for (int step = 1; step <= 4; ++step) {
+      const auto g = sample<T>({n}, 200 * c + step);
+      ts::adam_step(w, g, m, v, o.amsgrad ? vmax : HostT<T>(), step, o);
+      ts::adam_step(dw, g.template to<ts::cuda>(), dm, dv, o.amsgrad ? dvmax : DevT<T>(), step, o);
+    }
+    const std::string what = "adam case " + std::to_string(c);
+    expect_close(dw.template to<ts::cpu>(), w, optim_rtol<T>(), 1e-12, what + " param");
+    expect_close(dm.template to<ts::cpu>(), m, optim_rtol<T>(), 1e-12, what + " exp_avg");
+    expect_close(dv.template to<ts::cpu>(), v, optim_rtol<T>(), 1e-12, what + " exp_avg_sq");
+    ++c;
+  }
+}
+
+}  // namespace
