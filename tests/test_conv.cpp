@@ -776,6 +776,15 @@ TEST(ConvThreads, ManyTilesOneAndTwoThreads) {
   check_thread_counts({2, 64, 40, 40}, {64, 64, 3, 3}, {.padding = {1, 1}}, 21);
 }
 
+TEST(ConvThreads, OnePixelWideImageManyRunsPerTile) {
+  // W = 1: every output row is a lowering run of one pixel, so a tile holds more runs than the
+  // lowering batches at once (64) and ends in a short batch. The lowering's whole-vector stores
+  // past a run once wrote into the next tile row (and past the tile buffer) there; found by the
+  // CUDA suite's CPU reference under AddressSanitizer.
+  check_thread_counts({1, 6, 200, 1}, {4, 6, 3, 1}, {.padding = {1, 0}}, 23);
+  check_thread_counts({2, 5, 131, 2}, {3, 5, 3, 2}, {.padding = {1, 1}}, 24);
+}
+
 TEST(ConvThreads, FewChannelLayersOneAndTwoThreads) {
   // A first layer (one image: its rows are split between threads) and a depthwise layer.
   check_thread_counts({1, 3, 64, 64}, {16, 3, 7, 7}, {.stride = {2, 2}, .padding = {3, 3}}, 24);

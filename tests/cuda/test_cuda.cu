@@ -112,7 +112,9 @@ TYPED_TEST(CudaTyped, RoundTripKeepsBits) {
     const auto v = d.to_vector();
     const auto w = x.to_vector();
     ASSERT_EQ(v.size(), w.size());
-    EXPECT_EQ(std::memcmp(v.data(), w.data(), v.size() * sizeof(T)), 0);
+    if (!v.empty()) {  // memcmp must not see the null data() of an empty vector
+      EXPECT_EQ(std::memcmp(v.data(), w.data(), v.size() * sizeof(T)), 0);
+    }
   }
   EXPECT_EQ(as_double(ts::full<T, ts::cuda>({}, T(5)).item()), 5.0);
   if constexpr (!std::is_integral_v<T>) {  // specials survive the trip

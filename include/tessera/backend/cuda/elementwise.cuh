@@ -130,14 +130,13 @@ struct map_kernel<cuda> {
     const detail::loop_nest<N> nest(out.shape, {&out.strides, &in.strides...});
     bool dense = nest.rank <= 1;
     for (int k = 0; k < N && nest.rank == 1; ++k) dense &= nest.strides[k][0] == 1;
-    const cudaStream_t s = cuda_stream();
     constexpr int T = detail::cuda_map_threads;
     if (dense) {
       constexpr int V = detail::cuda_vec_width<Out, In...>;
       if (V == 1 || detail::cuda_aligned<V>(out.data, in.data...)) {
-        detail::cuda_map_contiguous<V>
-            <<<detail::cuda_grid(n / V + 1, T), T, 0, s>>>(f, n, out.data, in.data...);
-        TESSERA_CUDA_CHECK_LAUNCH("tessera map kernel (contiguous)");
+        detail::cuda_launch("cuda_map_contiguous", detail::cuda_map_contiguous<V, Out, F, In...>,
+                            dim3(detail::cuda_grid(n / V + 1, T)), dim3(T), f, n, out.data,
+                            in.data...);
         return;
       }
     }
@@ -147,8 +146,8 @@ struct map_kernel<cuda> {
       g.shape[d] = nest.shape[d];
       for (int k = 0; k < N; ++k) g.strides[k][d] = nest.strides[k][d];
     }
-    detail::cuda_map_strided<<<detail::cuda_grid(n, T), T, 0, s>>>(f, g, n, out.data, in.data...);
-    TESSERA_CUDA_CHECK_LAUNCH("tessera map kernel (strided)");
+    detail::cuda_launch("cuda_map_strided", detail::cuda_map_strided<Out, F, N, In...>,
+                        dim3(detail::cuda_grid(n, T)), dim3(T), f, g, n, out.data, in.data...);
   }
 };
 

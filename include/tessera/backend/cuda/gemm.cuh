@@ -235,9 +235,8 @@ struct gemm_kernel<cuda> {
                                 " exceeds the CUDA grid (at most 65535 * 128 rows)");
     const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy),
                     static_cast<unsigned>(pr.batch < 65535 ? pr.batch : 65535));
-    detail::cuda_gemm_simt<TA, TB, Acc>
-        <<<grid, detail::cuda_gemm_threads, 0, cuda_stream()>>>(p, pr.batch);
-    TESSERA_CUDA_CHECK_LAUNCH("cuda_gemm_simt");
+    detail::cuda_launch("cuda_gemm_simt", detail::cuda_gemm_simt<TA, TB, Acc>, grid,
+                        dim3(detail::cuda_gemm_threads), p, pr.batch);
   }
 };
 

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <utility>
 
 #include "error.hpp"
 
@@ -47,6 +48,29 @@ inline unsigned cuda_grid(int64_t items, int64_t per_block) {
   const int64_t cap = int64_t{cuda_sm_count()} * 32;
   const int64_t g = want < cap ? want : cap;
   return static_cast<unsigned>(g < 1 ? 1 : g);
+}
+
+/// Launches kernel<<<grid, block, 0, cuda_stream()>>>(args...) and checks the launch (see
+/// cuda_check_launch; `what` names the kernel in the error). Every tessera kernel starts here,
+/// which keeps the checks in one place and lets a host emulation of the execution model
+/// (TESSERA_CUDA_HOST_EMULATION, tests/cuda_emu) run the same kernels on the CPU.
+template <class... P, class... A>
+void cuda_launch(const char* what, void (*kernel)(P...), dim3 grid, dim3 block, A&&... args) {
+#if defined(TESSERA_CUDA_HOST_EMULATION)
+  tessera_cuda_emulation::launch(what, grid, block, [&] { kernel(args...); });
+#else
+  kernel<<<grid, block, 0, cuda_stream()>>>(std::forward<A>(args)...);
+#endif
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+    fail<backend_error>("cuda", "launch of ", what, " failed: ", cudaGetErrorName(e), ": ",
+                        cudaGetErrorString(e));
+#if defined(TESSERA_CUDA_SYNC_LAUNCHES)
+  if (const cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    fail<backend_error>("cuda", what, " failed while running: ", cudaGetErrorName(e), ": ",
+                        cudaGetErrorString(e));
+  }
+#endif
 }
 
 }  // namespace detail

@@ -135,6 +135,22 @@ class device_block_cache {
   size_t cached_ = 0;
 };
 
+/// Device scratch from the caching allocator, returned to it at scope exit. Returning it while
+/// kernels that use it are still queued is safe: its next user is ordered after them.
+class cuda_scratch {
+ public:
+  explicit cuda_scratch(size_t bytes)
+      : bytes_(bytes), p_(bytes ? device_block_cache::instance().allocate(bytes) : nullptr) {}
+  ~cuda_scratch() { device_block_cache::instance().deallocate(p_, bytes_); }
+  cuda_scratch(const cuda_scratch&) = delete;
+  cuda_scratch& operator=(const cuda_scratch&) = delete;
+  void* get() const { return p_; }
+
+ private:
+  size_t bytes_;
+  void* p_;
+};
+
 }  // namespace detail
 
 /// Returns every device block cached by the CUDA allocator to the driver (cudaFree), on all

@@ -43,10 +43,9 @@ struct optim_kernel<cuda> {
   static void sgd(const detail::sgd_problem<T>& pr) {
     if (pr.n <= 0) return;
     detail::optim::with_sgd_flags(pr, [&]<bool WD, bool MOM, bool FIRST, bool NEST>() {
-      detail::cuda_sgd_step<T, WD, MOM, FIRST, NEST>
-          <<<detail::cuda_grid(pr.n, detail::cuda_optim_threads), detail::cuda_optim_threads, 0,
-             cuda_stream()>>>(pr);
-      TESSERA_CUDA_CHECK_LAUNCH("cuda_sgd_step");
+      detail::cuda_launch("cuda_sgd_step", detail::cuda_sgd_step<T, WD, MOM, FIRST, NEST>,
+                          detail::cuda_grid(pr.n, detail::cuda_optim_threads),
+                          dim3(detail::cuda_optim_threads), pr);
     });
   }
 
@@ -55,9 +54,9 @@ struct optim_kernel<cuda> {
   static void adam(const detail::adam_problem<T>& pr) {
     if (pr.n <= 0) return;
     detail::optim::with_adam_flags(pr, [&]<bool WD, bool AMS>() {
-      detail::cuda_adam_step<T, WD, AMS><<<detail::cuda_grid(pr.n, detail::cuda_optim_threads),
-                                           detail::cuda_optim_threads, 0, cuda_stream()>>>(pr);
-      TESSERA_CUDA_CHECK_LAUNCH("cuda_adam_step");
+      detail::cuda_launch("cuda_adam_step", detail::cuda_adam_step<T, WD, AMS>,
+                          detail::cuda_grid(pr.n, detail::cuda_optim_threads),
+                          dim3(detail::cuda_optim_threads), pr);
     });
   }
 };

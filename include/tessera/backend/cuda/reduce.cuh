@@ -53,6 +53,13 @@ __device__ inline void cuda_output_offsets(const cuda_reduce_geometry& g, int64_
 
 inline constexpr int cuda_reduce_threads = 256;
 
+/// Shared memory for one accumulator per thread, as bytes: __shared__ variables cannot have
+/// constructors, which some accumulator types have.
+template <class Acc>
+struct alignas(Acc) cuda_reduce_shared {
+  unsigned char bytes[sizeof(Acc) * cuda_reduce_threads];
+};
+
 /// Shared-memory tree over the blockDim.y threads (a power of two) of each of the blockDim.x
 /// columns of a block: pairs (y, y + s) for s = Y/2, ..., 1. The result lands in row 0.
 template <class R>
@@ -75,8 +82,8 @@ __global__ void __launch_bounds__(cuda_reduce_threads)
     cuda_reduce_pass(R red, const In* in, cuda_reduce_geometry g, Out* out,
                      typename R::acc_type* part) {
   using Acc = typename R::acc_type;
-  __shared__ alignas(Acc) unsigned char raw[sizeof(Acc) * cuda_reduce_threads];
-  Acc* sh = reinterpret_cast<Acc*>(raw);
+  __shared__ cuda_reduce_shared<Acc> raw;
+  Acc* sh = reinterpret_cast<Acc*>(raw.bytes);
   const int x = threadIdx.x, y = threadIdx.y, X = blockDim.x, Y = blockDim.y;
   const int64_t groups = (g.nout + X - 1) / X, items = groups * g.parts;
   for (int64_t w = blockIdx.x; w < items; w += gridDim.x) {
@@ -114,8 +121,8 @@ template <class R, class Out>
 __global__ void __launch_bounds__(cuda_reduce_threads)
     cuda_reduce_combine(R red, const typename R::acc_type* part, cuda_reduce_geometry g, Out* out) {
   using Acc = typename R::acc_type;
-  __shared__ alignas(Acc) unsigned char raw[sizeof(Acc) * cuda_reduce_threads];
-  Acc* sh = reinterpret_cast<Acc*>(raw);
+  __shared__ cuda_reduce_shared<Acc> raw;
+  Acc* sh = reinterpret_cast<Acc*>(raw.bytes);
   const int x = threadIdx.x, y = threadIdx.y, X = blockDim.x, Y = blockDim.y;
   const int64_t groups = (g.nout + X - 1) / X;
   for (int64_t grp = blockIdx.x; grp < groups; grp += gridDim.x) {
@@ -133,22 +140,6 @@ __global__ void __launch_bounds__(cuda_reduce_threads)
     __syncthreads();
   }
 }
-
-/// Device scratch from the caching allocator, returned to it at scope exit. Returning it while
-/// kernels that use it are still queued is safe: its next user is ordered after them.
-class cuda_scratch {
- public:
-  explicit cuda_scratch(size_t bytes)
-      : bytes_(bytes), p_(bytes ? device_block_cache::instance().allocate(bytes) : nullptr) {}
-  ~cuda_scratch() { device_block_cache::instance().deallocate(p_, bytes_); }
-  cuda_scratch(const cuda_scratch&) = delete;
-  cuda_scratch& operator=(const cuda_scratch&) = delete;
-  void* get() const { return p_; }
-
- private:
-  size_t bytes_;
-  void* p_;
-};
 
 }  // namespace detail
 
@@ -207,18 +198,15 @@ struct reduce_kernel<cuda> {
     g.chunk = Y * per_thread;
     g.parts = g.count > g.chunk ? (g.count + g.chunk - 1) / g.chunk : 1;
     const int64_t groups = (g.nout + X - 1) / X;
-    const cudaStream_t s = cuda_stream();
     const dim3 block(X, Y);
     detail::cuda_scratch scratch(g.parts > 1 ? static_cast<size_t>(g.nout * g.parts) * sizeof(Acc)
                                              : 0);
     Acc* part = static_cast<Acc*>(scratch.get());
-    detail::cuda_reduce_pass<<<detail::cuda_grid(groups * g.parts, 1), block, 0, s>>>(red, in, g,
-                                                                                      out, part);
-    TESSERA_CUDA_CHECK_LAUNCH("tessera reduce kernel (pass 1)");
-    if (g.parts > 1) {
-      detail::cuda_reduce_combine<<<detail::cuda_grid(groups, 1), block, 0, s>>>(red, part, g, out);
-      TESSERA_CUDA_CHECK_LAUNCH("tessera reduce kernel (pass 2)");
-    }
+    detail::cuda_launch("cuda_reduce_pass", detail::cuda_reduce_pass<R, In, Out>,
+                        dim3(detail::cuda_grid(groups * g.parts, 1)), block, red, in, g, out, part);
+    if (g.parts > 1)
+      detail::cuda_launch("cuda_reduce_combine", detail::cuda_reduce_combine<R, Out>,
+                          dim3(detail::cuda_grid(groups, 1)), block, red, part, g, out);
   }
 };
 

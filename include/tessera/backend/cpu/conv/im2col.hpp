@@ -150,16 +150,19 @@ TESSERA_DETAIL_KEEP_LOOPS void im2col_tile_padded(const conv_geometry& g, const 
       runs[nruns] = {xp.row_base(g, oh) + ow0, ow1 - ow0, p - p0};
       p += ow1 - ow0;
     }
-    // Whole vectors may store up to W - 1 elements past a run: the next run of the row (or, for
-    // a batch's last run, the next batch) writes them again. Only the tile's last run is exact.
-    const bool last_batch = p == p0 + np;
+    // Whole vectors may store up to W - 1 elements past a run. That is harmless while the
+    // stores stay inside the tile's np columns: later runs (of this batch, or of the next one,
+    // which rewrites every row) own those columns and write them again. A run whose whole
+    // vectors would pass column np (the tile's last runs) is copied exactly: past np lie the
+    // next row's first columns, written by an earlier batch, and past the last row the end of
+    // the tile buffer.
     for (int64_t q = 0; q < Q; ++q) {
       D* row = tile + q * ld;
       for (int u = 0; u < nruns; ++u) {
         const D* src = runs[u].src + off[q];
         D* dst = row + runs[u].col;
         const int64_t n = runs[u].n;
-        if (last_batch && u == nruns - 1) {
+        if (runs[u].col + (n + W - 1) / W * W > np) {
           copy_short(dst, src, n, 1, nullptr);
           continue;
         }

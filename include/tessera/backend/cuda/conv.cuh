@@ -1,0 +1,268 @@
+// tessera/backend/cuda/conv.cuh - conv_kernel<cuda>: 2-D convolution forward, input gradient and
+// weight gradient as lowering kernels around the CUDA GEMM (gemm_kernel<cuda>), plus the fused
+// ReLU-mask and bias gradient.
+//
+// Forward: per chunk of images and per group, im2col writes the [cg * r * s, ho * wo] matrix of
+// each image, and one batched GEMM multiplies the group's weights [kg, cg * r * s] by it, with
+// the bias (per row) and ReLU in its epilogue. 1x1 stride-1 unpadded convolutions skip the
+// lowering (the images are the matrices). Input gradient: W^T dy into a column matrix, then
+// col2im gathers each input element's taps (each element written once: no atomics). Weight
+// gradient: the chunk's columns and dy laid side by side along the pixel axis, so one GEMM per
+// chunk and group sums over the chunk's images, chunks accumulating with beta = 1 in order.
+// Every sum has a fixed order, so results are reproducible run to run.
+//
+// This is the correctness baseline: the lowering goes through device memory (chunks of at most
+// cuda_conv_chunk_bytes). Implicit GEMM (lowering tiles in shared memory inside the GEMM) is the
+// planned fast path; see docs/cuda.md.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "../../detail/conv_problem.hpp"
+#include "../../detail/gemm_problem.hpp"
+#include "error.hpp"
+#include "gemm.cuh"
+#include "launch.hpp"
+#include "memory.hpp"
+
+TESSERA_BEGIN_NAMESPACE
+namespace detail {
+
+inline constexpr int cuda_conv_threads = 256;
+/// Largest lowered matrix kept in device memory at once (images are lowered in chunks).
+inline constexpr int64_t cuda_conv_chunk_bytes = int64_t{256} << 20;
+
+/// Where im2col stores element (image b, row kk, pixel p) of a chunk: b * b_stride + kk *
+/// k_stride + p. Forward and input gradient: one matrix per image ({K * P, P}); weight
+/// gradient: the images side by side along the pixels ({P, images * P}).
+struct cuda_col_layout {
+  int64_t b_stride, k_stride;
+};
+
+/// Lowers images n0 .. n0 + nb - 1, channels of group grp: row kk = (ci * r + i) * s + j, column
+/// p = oy * wo + ox holds input (ci, oy * stride_h - pad_top + i * dil_h, ox * stride_w -
+/// pad_left + j * dil_w), zero outside the image.
+template <class T>
+__global__ void __launch_bounds__(cuda_conv_threads)
+    cuda_im2col(conv_geometry g, const T* x, int64_t n0, int64_t nb, int64_t grp,
+                cuda_col_layout lay, T* col) {
+  const int64_t cg = g.c / g.groups, P = g.ho * g.wo, K = cg * g.r * g.s;
+  const int64_t total = nb * K * P, step = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t e = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; e < total; e += step) {
+    const int64_t p = e % P, t = e / P, kk = t % K, b = t / K;
+    const int64_t j = kk % g.s, i = kk / g.s % g.r, ci = kk / (g.r * g.s);
+    const int64_t iy = p / g.wo * g.stride_h - g.pad_top + i * g.dil_h;
+    const int64_t ix = p % g.wo * g.stride_w - g.pad_left + j * g.dil_w;
+    T v{};
+    if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
+      v = x[(((n0 + b) * g.c + grp * cg + ci) * g.h + iy) * g.w + ix];
+    col[b * lay.b_stride + kk * lay.k_stride + p] = v;
+  }
+}
+
+/// dx for images n0 .. n0 + nb - 1, channels of group grp, from the column gradient dcol (one
+/// [K, P] matrix per image): each input element sums, in tap order, the entries of the outputs
+/// that read it.
+template <class Acc>
+__global__ void __launch_bounds__(cuda_conv_threads)
+    cuda_col2im(conv_geometry g, const Acc* dcol, int64_t n0, int64_t nb, int64_t grp, Acc* dx) {
+  const int64_t cg = g.c / g.groups, P = g.ho * g.wo, K = cg * g.r * g.s, hw = g.h * g.w;
+  const int64_t total = nb * cg * hw, step = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t e = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; e < total; e += step) {
+    const int64_t x = e % g.w, y = e / g.w % g.h, ci = e / hw % cg, b = e / (cg * hw);
+    const Acc* base = dcol + (b * K + ci * g.r * g.s) * P;
+    Acc acc = Acc(0);
+    for (int64_t i = 0; i < g.r; ++i) {
+      const int64_t ty = y + g.pad_top - i * g.dil_h;
+      if (ty < 0 || ty % g.stride_h != 0 || ty / g.stride_h >= g.ho) continue;
+      const int64_t oy = ty / g.stride_h;
+      for (int64_t j = 0; j < g.s; ++j) {
+        const int64_t tx = x + g.pad_left - j * g.dil_w;
+        if (tx < 0 || tx % g.stride_w != 0 || tx / g.stride_w >= g.wo) continue;
+        acc += base[(i * g.s + j) * P + oy * g.wo + tx / g.stride_w];
+      }
+    }
+    dx[((n0 + b) * g.c + grp * cg + ci) * hw + y * g.w + x] = acc;
+  }
+}
+
+/// dy of images n0 .. n0 + nb - 1, output channels of group grp, as one [kg, nb * P] matrix
+/// (images side by side), the layout the weight-gradient GEMM sums over.
+template <class T>
+__global__ void __launch_bounds__(cuda_conv_threads)
+    cuda_gather_dy(conv_geometry g, const T* dy, int64_t n0, int64_t nb, int64_t grp, T* out) {
+  const int64_t kg = g.k / g.groups, P = g.ho * g.wo;
+  const int64_t total = kg * nb * P, step = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t e = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; e < total; e += step) {
+    const int64_t p = e % P, b = e / P % nb, o = e / (P * nb);
+    out[e] = dy[((n0 + b) * g.k + grp * kg + o) * P + p];
+  }
+}
+
+/// One block per channel (grid-stride): g = y ? (y > 0 ? dy : 0) : dy written to masked when
+/// set, and db[ch] = the sum of g over images and plane: each thread sums positions t, t + 256,
+/// ... in order, in double, then a fixed shared-memory tree.
+template <class T>
+__global__ void __launch_bounds__(cuda_conv_threads)
+    cuda_conv_bias_backward(conv_bias_backward_problem<T> pr) {
+  __shared__ double sh[cuda_conv_threads];
+  const int t = threadIdx.x;
+  const int64_t count = pr.n * pr.plane;
+  for (int64_t ch = blockIdx.x; ch < pr.k; ch += gridDim.x) {
+    double acc = 0;
+    for (int64_t q = t; q < count; q += cuda_conv_threads) {
+      const int64_t b = q / pr.plane, at = (b * pr.k + ch) * pr.plane + (q - b * pr.plane);
+      const T v = pr.y && !(pr.y[at] > T(0)) ? T(0) : pr.dy[at];
+      if (pr.masked) pr.masked[at] = v;
+      acc += static_cast<double>(v);
+    }
+    sh[t] = acc;
+    __syncthreads();
+    for (int s = cuda_conv_threads / 2; s > 0; s >>= 1) {
+      if (t < s) sh[t] += sh[t + s];
+      __syncthreads();
+    }
+    if (t == 0) pr.db[ch] = static_cast<T>(sh[0]);
+    __syncthreads();  // sh is reused by the next channel
+  }
+}
+
+/// Images per chunk when each needs `bytes_per_image` of lowered data (0: no lowering).
+inline int64_t cuda_conv_chunk(int64_t n, int64_t bytes_per_image) {
+  if (bytes_per_image <= 0) return n < 1 ? 1 : n;
+  const int64_t c = cuda_conv_chunk_bytes / bytes_per_image;
+  return std::max<int64_t>(1, std::min(n, c));
+}
+
+/// A grid-stride launch of one of the lowering kernels over `items` elements.
+template <class... P, class... A>
+void cuda_conv_launch(const char* what, void (*kernel)(P...), int64_t items, A&&... args) {
+  if (items <= 0) return;
+  cuda_launch(what, kernel, dim3(cuda_grid(items, cuda_conv_threads)), dim3(cuda_conv_threads),
+              args...);
+}
+
+}  // namespace detail
+
+namespace backend {
+
+template <>
+struct conv_kernel<cuda> {
+  /// y = conv(x, w) (+ bias) (relu); every pointer is device memory, contiguous NCHW.
+  template <class TX, class TW, class Acc>
+  static void run(const detail::conv_forward_problem<TX, TW, Acc>& p) {
+    const detail::conv_geometry& g = p.g;
+    const int64_t cg = g.c / g.groups, kg = g.k / g.groups, K = cg * g.r * g.s, P = g.ho * g.wo;
+    if (g.n == 0 || g.k == 0 || P == 0) return;
+    const bool direct = g.is_pointwise();  // the images are the column matrices
+    const int64_t nb = detail::cuda_conv_chunk(g.n, direct ? 0 : K * P * int64_t{sizeof(TX)});
+    detail::cuda_scratch col(direct ? 0 : static_cast<size_t>(nb * K * P) * sizeof(TX));
+    std::vector<int64_t> b_off(static_cast<size_t>(nb)), c_off(static_cast<size_t>(nb));
+    for (int64_t n0 = 0; n0 < g.n; n0 += nb) {
+      const int64_t cnt = std::min(nb, g.n - n0);
+      for (int64_t b = 0; b < cnt; ++b) {
+        b_off[static_cast<size_t>(b)] = direct ? b * g.c * P : b * K * P;
+        c_off[static_cast<size_t>(b)] = b * g.k * P;
+      }
+      for (int64_t grp = 0; grp < g.groups; ++grp) {
+        const TX* cols = static_cast<const TX*>(col.get());
+        if (direct)
+          cols = p.x + (n0 * g.c + grp * cg) * P;
+        else
+          detail::cuda_conv_launch("cuda_im2col", detail::cuda_im2col<TX>, cnt * K * P, g, p.x, n0,
+                                   cnt, grp, detail::cuda_col_layout{K * P, P},
+                                   static_cast<TX*>(col.get()));
+        detail::gemm_problem<TW, TX, Acc> q;
+        q.m = kg, q.n = P, q.k = K;
+        q.a = p.w + grp * kg * K, q.a_rs = K, q.a_cs = 1;
+        q.b = cols, q.b_rs = P, q.b_cs = 1;
+        q.c = p.y + (n0 * g.k + grp * kg) * P, q.c_rs = P, q.c_cs = 1;
+        if (p.bias) {
+          q.bias = p.bias + grp * kg, q.bias_stride = 1;
+          q.bias_kind = detail::gemm_bias::per_row;
+        }
+        q.relu = p.relu;
+        q.batch = cnt, q.b_offsets = b_off.data(), q.c_offsets = c_off.data();
+        gemm_kernel<cuda>::run(q);
+      }
+    }
+  }
+
+  /// dx = the input gradient of conv, from dy and w (overwrites dx).
+  template <class TG, class TW, class Acc>
+  static void run(const detail::conv_backward_input_problem<TG, TW, Acc>& p) {
+    const detail::conv_geometry& g = p.g;
+    const int64_t cg = g.c / g.groups, kg = g.k / g.groups, K = cg * g.r * g.s, P = g.ho * g.wo;
+    if (g.n == 0 || g.c == 0 || g.h * g.w == 0) return;
+    const bool direct = g.is_pointwise();  // W^T dy is dx itself
+    const int64_t nb = detail::cuda_conv_chunk(g.n, direct ? 0 : K * P * int64_t{sizeof(Acc)});
+    detail::cuda_scratch dcol(direct ? 0 : static_cast<size_t>(nb * K * P) * sizeof(Acc));
+    std::vector<int64_t> b_off(static_cast<size_t>(nb)), c_off(static_cast<size_t>(nb));
+    for (int64_t n0 = 0; n0 < g.n; n0 += nb) {
+      const int64_t cnt = std::min(nb, g.n - n0);
+      for (int64_t b = 0; b < cnt; ++b) {
+        b_off[static_cast<size_t>(b)] = b * g.k * P;
+        c_off[static_cast<size_t>(b)] = direct ? b * g.c * P : b * K * P;
+      }
+      for (int64_t grp = 0; grp < g.groups; ++grp) {
+        detail::gemm_problem<TW, TG, Acc> q;
+        q.m = K, q.n = P, q.k = kg;
+        q.a = p.w + grp * kg * K, q.a_rs = 1, q.a_cs = K;  // W_g^T
+        q.b = p.dy + (n0 * g.k + grp * kg) * P, q.b_rs = P, q.b_cs = 1;
+        q.c = direct ? p.dx + (n0 * g.c + grp * cg) * P : static_cast<Acc*>(dcol.get());
+        q.c_rs = P, q.c_cs = 1;
+        q.batch = cnt, q.b_offsets = b_off.data(), q.c_offsets = c_off.data();
+        gemm_kernel<cuda>::run(q);
+        if (!direct)
+          detail::cuda_conv_launch("cuda_col2im", detail::cuda_col2im<Acc>, cnt * cg * g.h * g.w,
+                                   g, static_cast<const Acc*>(dcol.get()), n0, cnt, grp, p.dx);
+      }
+    }
+  }
+
+  /// dw = the weight gradient of conv, summed over the batch (overwrites dw).
+  template <class TX, class TG, class Acc>
+  static void run(const detail::conv_backward_weight_problem<TX, TG, Acc>& p) {
+    const detail::conv_geometry& g = p.g;
+    const int64_t cg = g.c / g.groups, kg = g.k / g.groups, K = cg * g.r * g.s, P = g.ho * g.wo;
+    if (g.k == 0 || K == 0) return;
+    const int64_t per_image = K * P * int64_t{sizeof(TX)} + kg * P * int64_t{sizeof(TG)};
+    const int64_t nb = detail::cuda_conv_chunk(g.n, per_image);
+    detail::cuda_scratch col(static_cast<size_t>(nb * K * P) * sizeof(TX));
+    detail::cuda_scratch dyg(static_cast<size_t>(nb * kg * P) * sizeof(TG));
+    for (int64_t grp = 0; grp < g.groups; ++grp) {
+      int64_t n0 = 0;
+      do {  // at least once: with no images (or pixels) the k = 0 product writes zeros
+        const int64_t cnt = std::min(nb, g.n - n0);
+        detail::cuda_conv_launch("cuda_im2col", detail::cuda_im2col<TX>, cnt * K * P, g, p.x, n0,
+                                 cnt, grp, detail::cuda_col_layout{P, cnt * P},
+                                 static_cast<TX*>(col.get()));
+        detail::cuda_conv_launch("cuda_gather_dy", detail::cuda_gather_dy<TG>, kg * cnt * P, g,
+                                 p.dy, n0, cnt, grp, static_cast<TG*>(dyg.get()));
+        detail::gemm_problem<TG, TX, Acc> q;
+        q.m = kg, q.n = K, q.k = cnt * P;
+        q.a = static_cast<const TG*>(dyg.get()), q.a_rs = cnt * P, q.a_cs = 1;
+        q.b = static_cast<const TX*>(col.get()), q.b_rs = 1, q.b_cs = cnt * P;  // col^T
+        q.c = p.dw + grp * kg * K, q.c_rs = K, q.c_cs = 1;
+        q.beta = Acc(n0 == 0 ? 0 : 1);
+        gemm_kernel<cuda>::run(q);
+        n0 += cnt;
+      } while (n0 < g.n);
+    }
+  }
+
+  /// The bias gradient with the optional ReLU mask (see detail::conv_bias_backward_problem).
+  template <class T>
+  static void run(const detail::conv_bias_backward_problem<T>& p) {
+    if (p.k <= 0) return;
+    detail::cuda_launch("cuda_conv_bias_backward", detail::cuda_conv_bias_backward<T>,
+                        dim3(detail::cuda_grid(p.k, 1)), dim3(detail::cuda_conv_threads), p);
+  }
+};
+
+}  // namespace backend
+TESSERA_END_NAMESPACE

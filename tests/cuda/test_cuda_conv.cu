@@ -1,0 +1,250 @@
+// Tests of the CUDA convolution (conv_kernel<cuda>: conv2d / conv1d / conv_transpose2d forward,
+// input, weight and bias gradients) and pooling (pool_kernel<cuda>), each against the CPU backend
+// on the same inputs. Convolutions use small integers, so every floating dtype's result is exact
+// (the CPU's and the device's summation orders give the same value) and must match bit for bit;
+// average pooling divides, so it is compared to rounding. Every test skips, with a message, when
+// no CUDA device is visible.
+#include <limits>
+
+#include "cuda_test_util.cuh"
+
+namespace {
+using namespace cuda_test;
+
+template <class T>
+HostT<T> ints(const ts::Shape& s, uint64_t seed, int64_t lo = -3, int64_t hi = 3) {
+  ts::Generator g(seed);
+  return ts::randint<T, ts::cpu>(lo, hi + 1, s, g);
+}
+
+/// At least half of the reference's elements are nonzero (a test of zeros proves nothing).
+template <class T>
+void expect_mostly_nonzero(const HostT<T>& t, const std::string& what) {
+  int64_t nz = 0;
+  for (const auto& v : t.to_vector()) nz += as_double(v) != 0;
+  EXPECT_GE(2 * nz, t.numel()) << what << ": the reference is mostly zeros";
+}
+
+struct conv_case {
+  ts::Shape x, w;
+  ts::Conv2dOptions o;
+  const char* name;
+};
+
+// Tails and every path: lowered 3x3, strided / dilated / asymmetric padding, groups, depthwise,
+// pointwise (no lowering) with and without groups, 1x1 stride 2 (lowered), kernel = image, a
+// GEMM with several tiles, and an empty batch.
+const conv_case conv_cases[] = {
+    {{2, 5, 9, 11}, {7, 5, 3, 3}, {.padding = {1, 1}}, "3x3 pad 1"},
+    {{3, 4, 13, 10},
+     {6, 4, 3, 2},
+     {.stride = {2, 1}, .padding = {1, 0}, .dilation = {2, 1}, .padding_end = {0, 2}},
+     "strided dilated asymmetric"},
+    {{2, 6, 8, 8}, {4, 3, 3, 3}, {.padding = {1, 1}, .groups = 2}, "groups 2"},
+    {{2, 4, 7, 9}, {4, 1, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}, .groups = 4}, "depthwise"},
+    {{3, 8, 5, 6}, {5, 8, 1, 1}, {}, "pointwise"},
+    {{2, 6, 4, 4}, {6, 3, 1, 1}, {.groups = 2}, "pointwise groups"},
+    {{2, 3, 7, 7}, {4, 3, 1, 1}, {.stride = {2, 2}}, "1x1 stride 2"},
+    {{2, 3, 4, 4}, {5, 3, 4, 4}, {}, "kernel = image"},
+    {{3, 16, 20, 20}, {136, 16, 3, 3}, {.padding = {1, 1}}, "several GEMM tiles"},
+    {{0, 3, 5, 5}, {4, 3, 3, 3}, {.padding = {1, 1}}, "empty batch"},
+};
+
+class CudaConvOps : public CudaFixture {};
+class CudaPoolOps : public CudaFixture {};
+
+template <class T>
+class CudaConv : public CudaFixture {};
+using ConvDtypes = ::testing::Types<float, double, ts::half, ts::bfloat16>;
+TYPED_TEST_SUITE(CudaConv, ConvDtypes);
+
+TYPED_TEST(CudaConv, ForwardMatchesCpuWithBiasAndRelu) {
+  using T = TypeParam;
+  uint64_t seed = 1;
+  for (const auto& c : conv_cases) {
+    const auto x = ints<T>(c.x, seed++), w = ints<T>(c.w, seed++);
+    const auto bias = ints<T>({c.w[0]}, seed++);
+    const std::string what = std::string("conv2d ") + c.name;
+    const auto want = ts::conv2d(x, w, bias, c.o);
+    if (c.x[0] > 0) expect_mostly_nonzero(want, what);
+    expect_close(ts::conv2d(x.template to<ts::cuda>(), w.template to<ts::cuda>(),
+                            bias.template to<ts::cuda>(), c.o)
+                     .template to<ts::cpu>(),
+                 want, 0, 0, what + " with bias");
+    auto o = c.o;
+    o.relu = true;
+    expect_same(what + " no bias, relu", 0, 0,
+                [&](const auto& a, const auto& b) { return ts::conv2d(a, b, o); }, x, w);
+  }
+}
+
+TYPED_TEST(CudaConv, InputAndWeightGradientsMatchCpu) {
+  using T = TypeParam;
+  uint64_t seed = 100;
+  for (const auto& c : conv_cases) {
+    const auto x = ints<T>(c.x, seed++), w = ints<T>(c.w, seed++);
+    const auto dy = ints<T>(ts::conv2d(x, w, c.o).shape(), seed++);
+    const std::string what = std::string("conv2d backward ") + c.name;
+    const auto dx = ts::conv2d_backward_input(dy, w, c.x, c.o);
+    const auto dw = ts::conv2d_backward_weight(dy, x, c.w, c.o);
+    if (c.x[0] > 0) {
+      expect_mostly_nonzero(dw, what);
+      // Strides skip input pixels, whose gradient is then zero.
+      if (c.o.stride == std::array<int64_t, 2>{1, 1}) expect_mostly_nonzero(dx, what);
+    }
+    const auto dyd = dy.template to<ts::cuda>();
+    expect_close(ts::conv2d_backward_input(dyd, w.template to<ts::cuda>(), c.x, c.o)
+                     .template to<ts::cpu>(),
+                 dx, 0, 0, what + " input");
+    expect_close(ts::conv2d_backward_weight(dyd, x.template to<ts::cuda>(), c.w, c.o)
+                     .template to<ts::cpu>(),
+                 dw, 0, 0, what + " weight");
+  }
+}
+
+TEST_F(CudaConvOps, ConvBiasGradientAndReluMask) {
+  const auto dy = ints<float>({5, 7, 13, 17}, 200), y = ints<float>({5, 7, 13, 17}, 201);
+  expect_same("conv2d_backward_bias", 0, 0,
+              [](const auto& g) { return ts::conv2d_backward_bias(g); }, dy);
+  const auto [g_cpu, db_cpu] = ts::detail::conv_bias_backward_masked("test", dy, y, true);
+  const auto [g_dev, db_dev] = ts::detail::conv_bias_backward_masked(
+      "test", dy.to<ts::cuda>(), y.to<ts::cuda>(), true);
+  expect_close(g_dev.to<ts::cpu>(), g_cpu, 0, 0, "relu-masked gradient");
+  expect_close(db_dev.to<ts::cpu>(), db_cpu, 0, 0, "masked bias gradient");
+  expect_mostly_nonzero(db_cpu, "masked bias gradient");
+  // A long plane (several strides of the block) in double.
+  const auto big = ints<double>({2, 3, 301, 257}, 202);
+  expect_same("conv2d_backward_bias long planes", 0, 0,
+              [](const auto& g) { return ts::conv2d_backward_bias(g); }, big);
+}
+
+TEST_F(CudaConvOps, Int8ConvolutionIsExact) {
+  const auto x = ints<int8_t>({2, 5, 9, 9}, 300, -128, 127);
+  const auto w = ints<int8_t>({6, 5, 3, 3}, 301, -128, 127);
+  const auto bias = ints<int32_t>({6}, 302, -1000, 1000);
+  const ts::Conv2dOptions o{.stride = {2, 1}, .padding = {1, 1}};
+  expect_same("int8 conv2d", 0, 0,
+              [&](const auto& a, const auto& b, const auto& c) { return ts::conv2d(a, b, c, o); },
+              x, w, bias);
+}
+
+TEST_F(CudaConvOps, Conv1dAndTransposedConvolution) {
+  const auto x = ints<float>({3, 4, 29}, 400), w = ints<float>({5, 4, 3}, 401);
+  const ts::Conv1dOptions o1{.stride = 2, .padding = 1, .dilation = 2};
+  expect_same("conv1d", 0, 0, [&](const auto& a, const auto& b) { return ts::conv1d(a, b, o1); },
+              x, w);
+  const auto xt = ints<float>({2, 6, 5, 7}, 402), wt = ints<float>({6, 2, 3, 3}, 403);
+  const ts::ConvTranspose2dOptions ot{
+      .stride = {2, 2}, .padding = {1, 0}, .output_padding = {1, 0}, .groups = 2};
+  expect_same("conv_transpose2d", 0, 0,
+              [&](const auto& a, const auto& b) { return ts::conv_transpose2d(a, b, ot); }, xt,
+              wt);
+}
+
+TEST_F(CudaConvOps, ConvErrorsAreThrownBeforeAnyLaunch) {
+  const auto x = ts::zeros<float, ts::cuda>({2, 5, 9, 9});
+  const auto w = ts::zeros<float, ts::cuda>({6, 4, 3, 3});
+  EXPECT_THROW(ts::conv2d(x, w), ts::shape_error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pooling.
+
+struct pool_case {
+  ts::Shape x;
+  ts::Pool2dOptions o;
+  const char* name;
+};
+const pool_case pool_cases[] = {
+    {{2, 3, 8, 8}, {.kernel = {2, 2}}, "2x2/2"},
+    {{2, 3, 11, 9}, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}, "3x3/2 pad 1"},
+    {{1, 2, 10, 13}, {.kernel = {3, 2}, .stride = {2, 3}, .ceil_mode = true}, "ceil mode"},
+    {{2, 2, 12, 12}, {.kernel = {3, 3}, .stride = {1, 1}, .padding = {1, 1}}, "overlapping"},
+    {{3, 1, 7, 5}, {.kernel = {2, 3}, .stride = {1, 2}, .padding = {1, 1}}, "uneven"},
+};
+
+template <class T>
+class CudaPool : public CudaFixture {};
+using PoolDtypes = ::testing::Types<float, double, ts::half>;
+TYPED_TEST_SUITE(CudaPool, PoolDtypes);
+
+TYPED_TEST(CudaPool, MaxPoolingValuesIndicesAndGradient) {
+  using T = TypeParam;
+  uint64_t seed = 500;
+  for (auto c : pool_cases) {
+    const std::string what = std::string("max_pool2d ") + c.name;
+    const auto x = sample<T>(c.x, seed++);
+    const auto want = ts::max_pool2d_with_indices(x, c.o);
+    const auto got = ts::max_pool2d_with_indices(x.template to<ts::cuda>(), c.o);
+    expect_close(got.values.template to<ts::cpu>(), want.values, 0, 0, what);
+    EXPECT_TRUE(same_bits(got.indices.template to<ts::cpu>(), want.indices)) << what;
+    const auto g = ints<T>(want.values.shape(), seed++);
+    const auto gx = ts::max_pool2d_backward(g, want.indices, c.x);
+    expect_mostly_nonzero(g, what);
+    expect_close(ts::max_pool2d_backward(g.template to<ts::cuda>(), got.indices, c.x)
+                     .template to<ts::cpu>(),
+                 gx, 0, 0, what + " backward");
+    c.o.dilation = {2, 1};  // dilation is max pooling's alone
+    if (c.o.padding[0] == 0) {
+      const auto wd = ts::max_pool2d_with_indices(x, c.o);
+      const auto gd = ts::max_pool2d_with_indices(x.template to<ts::cuda>(), c.o);
+      EXPECT_TRUE(same_bits(gd.indices.template to<ts::cpu>(), wd.indices)) << what << " dilated";
+    }
+  }
+}
+
+TYPED_TEST(CudaPool, AverageAndAdaptivePoolingWithGradients) {
+  using T = TypeParam;
+  const double tol = ulps2<T>();
+  uint64_t seed = 600;
+  for (auto c : pool_cases) {
+    const std::string what = std::string("avg_pool2d ") + c.name;
+    const auto x = sample<T>(c.x, seed++);
+    for (bool include : {true, false}) {
+      c.o.count_include_pad = include;
+      const auto o = c.o;
+      expect_same(what + (include ? " include pad" : " exclude pad"), tol, tol,
+                  [&](const auto& a) { return ts::avg_pool2d(a, o); }, x);
+      const auto g = sample<T>(ts::avg_pool2d(x, o).shape(), seed++);
+      expect_same(what + " backward", tol, tol,
+                  [&](const auto& a) { return ts::avg_pool2d_backward(a, c.x, o); }, g);
+    }
+  }
+  const auto x = sample<T>({2, 3, 10, 7}, seed++);
+  for (std::array<int64_t, 2> out : {std::array<int64_t, 2>{1, 1}, {3, 4}, {10, 7}, {4, 7}}) {
+    const std::string what = "adaptive_avg_pool2d to " + std::to_string(out[0]) + "x" +
+                             std::to_string(out[1]);
+    expect_same(what, tol, tol, [&](const auto& a) { return ts::adaptive_avg_pool2d(a, out); },
+                x);
+    const auto g = sample<T>({2, 3, out[0], out[1]}, seed++);
+    const ts::Shape in = x.shape();
+    expect_same(what + " backward", tol, tol,
+                [&](const auto& a) { return ts::adaptive_avg_pool2d_backward(a, in); }, g);
+  }
+  expect_same("global_avg_pool2d", tol, tol,
+              [](const auto& a) { return ts::global_avg_pool2d(a); }, x);
+}
+
+TEST_F(CudaPoolOps, MaxPoolingOfIntegersAndNaN) {
+  const ts::Pool2dOptions o{.kernel = {2, 2}};
+  const auto xi = ints<int32_t>({2, 2, 6, 6}, 700, -50, 50);
+  expect_same("max_pool2d int32", 0, 0, [&](const auto& a) { return ts::max_pool2d(a, o); }, xi);
+  auto xf = sample<float>({1, 1, 4, 4}, 701);
+  xf.data()[5] = std::numeric_limits<float>::quiet_NaN();
+  const auto got = ts::max_pool2d_with_indices(xf.to<ts::cuda>(), o);
+  EXPECT_TRUE(std::isnan(got.values.to<ts::cpu>().data()[0]));
+  EXPECT_EQ(got.indices.to<ts::cpu>().data()[0], 5);
+}
+
+TEST_F(CudaPoolOps, MaxPoolBackwardRejectsABadIndex) {
+  const auto g = ts::ones<float, ts::cuda>({1, 2, 2, 2});
+  auto idx = ts::zeros<int64_t, ts::cpu>({1, 2, 2, 2});
+  idx.data()[6] = 16;  // the plane is 4 x 4
+  EXPECT_THROW(ts::max_pool2d_backward(g, idx.to<ts::cuda>(), ts::Shape{1, 2, 4, 4}),
+               ts::index_error);
+  idx.data()[6] = -1;
+  EXPECT_THROW(ts::max_pool2d_backward(g, idx.to<ts::cuda>(), ts::Shape{1, 2, 4, 4}),
+               ts::index_error);
+}
+
+}  // namespace

@@ -1,0 +1,434 @@
+// tests/cuda_emu/include/cuda_runtime.h - a host emulation of the part of the CUDA runtime and
+// execution model that tessera uses, so the CUDA backend's kernels and its test suite run on a
+// machine without a GPU (CI). It stands in for the toolkit's <cuda_runtime.h> when the tests are
+// compiled as C++ with -DTESSERA_CUDA_HOST_EMULATION and this directory first on the include
+// path (tests/cuda_emu/CMakeLists.txt).
+//
+// What it models, and so checks:
+//  - one device with sm_count multiprocessors and memory_bytes of memory; cudaMalloc returns
+//    host memory filled with 0xff bytes (NaN / -1), so a kernel that reads an output it never
+//    wrote, or a result the test never copied, shows up;
+//  - copies check their kind: a "device" pointer must lie inside a live cudaMalloc block, so host
+//    code that hands a host pointer to the device (or the reverse) fails with
+//    cudaErrorInvalidValue, as the real runtime does for most such mistakes;
+//  - launches check their configuration (threads per block, grid extents) like the driver;
+//  - every thread of a block runs as a fiber on the launching host thread; __syncthreads()
+//    switches to the next fiber, and a block whose threads do not all reach the same
+//    __syncthreads (some exited, or waiting at another one) fails the launch with
+//    cudaErrorLaunchFailure and a message naming the kernel, block and source line;
+//  - blocks run one after another, in order, so a kernel whose result depends on how blocks
+//    are scheduled is not caught, and neither are shared-memory races between threads, warp
+//    semantics or the memory model. Build with -fsanitize=address to catch out-of-bounds
+//    accesses of device memory inside kernels (fiber switches are annotated for ASan).
+// What it does not model: performance, streams (everything is synchronous), more than one
+// device, atomics, warp intrinsics, dynamic shared memory. A kernel that needs those does not
+// compile here, which is the signal to extend this file.
+#pragma once
+
+#if defined(__CUDACC__)
+#error "cuda_emu/cuda_runtime.h emulates CUDA for host compilers; nvcc must use the toolkit's"
+#endif
+
+#ifndef TESSERA_CUDA_HOST_EMULATION
+#define TESSERA_CUDA_HOST_EMULATION 1
+#endif
+
+#include <ucontext.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define TESSERA_CUDA_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TESSERA_CUDA_EMU_ASAN 1
+#endif
+#endif
+#if defined(TESSERA_CUDA_EMU_ASAN)
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Language extensions: host-only meanings.
+
+#define __host__
+#define __device__
+#define __global__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+// Blocks run one at a time, so one static object per kernel instantiation serves as every
+// block's shared memory (it is zero at the first launch; on a GPU it is undefined).
+#define __shared__ static
+
+struct uint3 {
+  unsigned int x, y, z;
+};
+struct dim3 {
+  unsigned int x, y, z;
+  constexpr dim3(unsigned int vx = 1, unsigned int vy = 1, unsigned int vz = 1)
+      : x(vx), y(vy), z(vz) {}
+};
+
+// Built-in variables of the running thread (set by the emulated scheduler).
+inline thread_local uint3 threadIdx{0, 0, 0};
+inline thread_local uint3 blockIdx{0, 0, 0};
+inline thread_local dim3 blockDim{1, 1, 1};
+inline thread_local dim3 gridDim{1, 1, 1};
+
+// ---------------------------------------------------------------------------------------------
+// Runtime types.
+
+enum cudaError {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorNoDevice = 100,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorLaunchFailure = 719,
+};
+typedef enum cudaError cudaError_t;
+
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,
+};
+
+enum cudaDeviceAttr {
+  cudaDevAttrMaxThreadsPerBlock = 1,
+  cudaDevAttrMultiProcessorCount = 16,
+};
+
+struct CUstream_st;
+typedef struct CUstream_st* cudaStream_t;
+#define cudaStreamLegacy ((cudaStream_t)0x1)
+#define cudaStreamPerThread ((cudaStream_t)0x2)
+
+namespace tessera_cuda_emulation {
+
+inline constexpr int sm_count = 2;
+inline constexpr size_t memory_bytes = size_t{4} << 30;
+inline constexpr size_t fiber_stack_bytes = size_t{256} << 10;
+
+/// The runtime's error slot of the calling host thread (cudaGetLastError reads and clears it).
+inline thread_local cudaError_t last_error = cudaSuccess;
+
+inline cudaError_t record(cudaError_t e) {
+  if (e != cudaSuccess) last_error = e;
+  return e;
+}
+
+/// Live device blocks, start -> size.
+struct device_memory {
+  std::mutex mu;
+  std::map<uintptr_t, size_t> blocks;
+  size_t used = 0;
+  static device_memory& get() {
+    static auto* m = new device_memory;  // never destroyed: tensors in statics outlive main
+    return *m;
+  }
+  /// Whether [p, p + n) lies inside one live block.
+  bool holds(const void* p, size_t n) {
+    std::lock_guard lock(mu);
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    auto it = blocks.upper_bound(a);
+    if (it == blocks.begin()) return false;
+    --it;
+    return a >= it->first && a - it->first <= it->second && n <= it->second - (a - it->first);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// The execution model: one block at a time, its threads as fibers.
+
+struct fiber {
+  ucontext_t ctx;
+  std::unique_ptr<char[]> stack;
+  enum { ready, waiting, done } state = ready;
+  const char* barrier_file = nullptr;  // where it waits
+  int barrier_line = 0;
+  void* asan_fake_stack = nullptr;
+};
+
+struct block_run {
+  std::vector<fiber>* fibers = nullptr;
+  fiber* current = nullptr;
+  ucontext_t scheduler;
+  const std::function<void()>* body = nullptr;
+  void* scheduler_fake_stack = nullptr;
+  const void* scheduler_stack = nullptr;
+  size_t scheduler_stack_bytes = 0;
+};
+
+inline thread_local block_run* running = nullptr;
+
+// AddressSanitizer must be told about stack switches, or it reports false errors.
+inline void asan_enter(void** fake_save, const void* bottom, size_t bytes) {
+#if defined(TESSERA_CUDA_EMU_ASAN)
+  __sanitizer_start_switch_fiber(fake_save, bottom, bytes);
+#else
+  (void)fake_save, (void)bottom, (void)bytes;
+#endif
+}
+inline void asan_entered(void* fake, const void** old_bottom, size_t* old_bytes) {
+#if defined(TESSERA_CUDA_EMU_ASAN)
+  __sanitizer_finish_switch_fiber(fake, old_bottom, old_bytes);
+#else
+  (void)fake, (void)old_bottom, (void)old_bytes;
+#endif
+}
+
+inline void fiber_main() {
+  block_run& r = *running;
+  asan_entered(nullptr, &r.scheduler_stack, &r.scheduler_stack_bytes);
+  (*r.body)();
+  r.current->state = fiber::done;
+  asan_enter(nullptr, r.scheduler_stack, r.scheduler_stack_bytes);
+  // returning resumes uc_link: the scheduler
+}
+
+/// __syncthreads(): park this thread until every thread of the block has arrived.
+inline void sync_threads(const char* file, int line) {
+  block_run* r = running;
+  if (!r) {
+    std::fprintf(stderr, "tessera cuda emulation: __syncthreads() outside a kernel (%s:%d)\n", file,
+                 line);
+    std::abort();
+  }
+  fiber& f = *r->current;
+  f.state = fiber::waiting;
+  f.barrier_file = file;
+  f.barrier_line = line;
+  asan_enter(&f.asan_fake_stack, r->scheduler_stack, r->scheduler_stack_bytes);
+  swapcontext(&f.ctx, &r->scheduler);
+  asan_entered(f.asan_fake_stack, &r->scheduler_stack, &r->scheduler_stack_bytes);
+}
+
+// getcontext and swapcontext return twice: they live in these small functions so that the
+// scheduler's loop variables are not at risk of being clobbered.
+[[gnu::noinline]] inline void prepare_fiber(fiber& f, block_run& r) {
+  if (!f.stack) f.stack.reset(new char[fiber_stack_bytes]);
+  getcontext(&f.ctx);
+  f.ctx.uc_stack.ss_sp = f.stack.get();
+  f.ctx.uc_stack.ss_size = fiber_stack_bytes;
+  f.ctx.uc_link = &r.scheduler;
+  makecontext(&f.ctx, fiber_main, 0);
+  f.state = fiber::ready;
+}
+
+/// Runs f until it waits at a barrier or exits.
+[[gnu::noinline]] inline void resume_fiber(fiber& f, block_run& r) {
+  r.current = &f;
+  asan_enter(&r.scheduler_fake_stack, f.stack.get(), fiber_stack_bytes);
+  swapcontext(&r.scheduler, &f.ctx);
+  asan_entered(r.scheduler_fake_stack, nullptr, nullptr);
+}
+
+/// Runs body (the kernel call) for every thread of grid x block, blocks in order, and records
+/// launch errors in the host thread's error slot like the runtime.
+inline void launch(const char* what, dim3 grid, dim3 block, const std::function<void()>& body) {
+  if (running) {
+    std::fprintf(stderr, "tessera cuda emulation: %s launched from device code\n", what);
+    std::abort();
+  }
+  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  if (threads == 0 || threads > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64 ||
+      grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 0x7fffffffu || grid.y > 65535 ||
+      grid.z > 65535) {
+    record(cudaErrorInvalidConfiguration);
+    return;
+  }
+  static std::mutex device_mu;  // one device: launches from several host threads take turns
+  std::lock_guard lock(device_mu);
+  static std::vector<fiber> fibers(1024);
+  block_run r;
+  r.fibers = &fibers;
+  r.body = &body;
+  gridDim = grid;
+  blockDim = block;
+  running = &r;
+  const auto n = static_cast<size_t>(threads);
+  for (unsigned bz = 0; bz < grid.z; ++bz)
+    for (unsigned by = 0; by < grid.y; ++by)
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        blockIdx = uint3{bx, by, bz};
+        for (size_t i = 0; i < n; ++i) {
+          fiber& f = fibers[i];
+          prepare_fiber(f, r);
+        }
+        for (;;) {
+          for (size_t i = 0; i < n; ++i) {
+            fiber& f = fibers[i];
+            if (f.state != fiber::ready) continue;
+            threadIdx = uint3{static_cast<unsigned>(i % block.x),
+                              static_cast<unsigned>(i / block.x % block.y),
+                              static_cast<unsigned>(i / (uint64_t{block.x} * block.y))};
+            resume_fiber(f, r);
+          }
+          // Every thread must wait at the same __syncthreads: count those at the first one's.
+          const fiber* first = nullptr;
+          const fiber* other = nullptr;
+          size_t waiting = 0, at_first = 0;
+          for (size_t i = 0; i < n; ++i) {
+            const fiber& f = fibers[i];
+            if (f.state != fiber::waiting) continue;
+            ++waiting;
+            if (!first) first = &f;
+            if (f.barrier_line == first->barrier_line &&
+                std::strcmp(f.barrier_file, first->barrier_file) == 0)
+              ++at_first;
+            else if (!other)
+              other = &f;
+          }
+          if (waiting == 0) break;  // the block has finished
+          if (at_first != n) {
+            std::fprintf(stderr,
+                         "tessera cuda emulation: %s, block (%u, %u, %u): %zu of %zu threads wait "
+                         "at __syncthreads (%s:%d); ",
+                         what, bx, by, bz, at_first, n, first->barrier_file, first->barrier_line);
+            if (other)
+              std::fprintf(stderr, "others at %s:%d\n", other->barrier_file, other->barrier_line);
+            else
+              std::fprintf(stderr, "the other %zu have exited\n", n - waiting);
+            running = nullptr;
+            record(cudaErrorLaunchFailure);
+            return;
+          }
+          for (size_t i = 0; i < n; ++i) fibers[i].state = fiber::ready;
+        }
+      }
+  running = nullptr;
+}
+
+}  // namespace tessera_cuda_emulation
+
+#define __syncthreads() ::tessera_cuda_emulation::sync_threads(__FILE__, __LINE__)
+
+// ---------------------------------------------------------------------------------------------
+// Runtime API.
+
+inline cudaError_t cudaGetLastError() {
+  const cudaError_t e = tessera_cuda_emulation::last_error;
+  tessera_cuda_emulation::last_error = cudaSuccess;
+  return e;
+}
+inline cudaError_t cudaPeekAtLastError() { return tessera_cuda_emulation::last_error; }
+
+inline const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+  }
+  return "cudaErrorUnknown";
+}
+inline const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+  }
+  return "unknown error";
+}
+
+inline cudaError_t cudaGetDeviceCount(int* n) {
+  *n = 1;
+  return cudaSuccess;
+}
+inline cudaError_t cudaGetDevice(int* d) {
+  *d = 0;
+  return cudaSuccess;
+}
+inline cudaError_t cudaSetDevice(int d) {
+  return d == 0 ? cudaSuccess : tessera_cuda_emulation::record(cudaErrorInvalidDevice);
+}
+inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int d) {
+  if (d != 0) return tessera_cuda_emulation::record(cudaErrorInvalidDevice);
+  switch (a) {
+    case cudaDevAttrMultiProcessorCount: *v = tessera_cuda_emulation::sm_count; return cudaSuccess;
+    case cudaDevAttrMaxThreadsPerBlock: *v = 1024; return cudaSuccess;
+  }
+  return tessera_cuda_emulation::record(cudaErrorInvalidValue);
+}
+inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+
+inline cudaError_t cudaMalloc(void** p, size_t bytes) {
+  auto& m = tessera_cuda_emulation::device_memory::get();
+  *p = nullptr;
+  {
+    std::lock_guard lock(m.mu);
+    if (bytes > tessera_cuda_emulation::memory_bytes - m.used)
+      return tessera_cuda_emulation::record(cudaErrorMemoryAllocation);
+    m.used += bytes;
+  }
+  void* q = ::operator new(bytes ? bytes : 1, std::align_val_t{256});
+  std::memset(q, 0xff, bytes);  // poison: NaN for floating types, -1 for integers
+  std::lock_guard lock(m.mu);
+  m.blocks.emplace(reinterpret_cast<uintptr_t>(q), bytes);
+  *p = q;
+  return cudaSuccess;
+}
+template <class T>
+cudaError_t cudaMalloc(T** p, size_t bytes) {
+  return cudaMalloc(reinterpret_cast<void**>(p), bytes);
+}
+
+inline cudaError_t cudaFree(void* p) {
+  if (!p) return cudaSuccess;
+  auto& m = tessera_cuda_emulation::device_memory::get();
+  {
+    std::lock_guard lock(m.mu);
+    auto it = m.blocks.find(reinterpret_cast<uintptr_t>(p));
+    if (it == m.blocks.end()) return tessera_cuda_emulation::record(cudaErrorInvalidValue);
+    m.used -= it->second;
+    m.blocks.erase(it);
+  }
+  ::operator delete(p, std::align_val_t{256});
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  auto& m = tessera_cuda_emulation::device_memory::get();
+  std::lock_guard lock(m.mu);
+  *total_bytes = tessera_cuda_emulation::memory_bytes;
+  *free_bytes = tessera_cuda_emulation::memory_bytes - m.used;
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  auto& m = tessera_cuda_emulation::device_memory::get();
+  const bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  const bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  if ((dst_dev && !m.holds(dst, bytes)) || (src_dev && !m.holds(src, bytes)) ||
+      (!dst_dev && kind != cudaMemcpyDefault && m.holds(dst, 1)) ||
+      (!src_dev && kind != cudaMemcpyDefault && m.holds(src, 1)))
+    return tessera_cuda_emulation::record(cudaErrorInvalidValue);
+  if (bytes) std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                                   cudaStream_t = nullptr) {
+  return cudaMemcpy(dst, src, bytes, kind);
+}
