@@ -73,8 +73,9 @@ TYPED_TEST(CudaConv, ForwardMatchesCpuWithBiasAndRelu) {
                  want, 0, 0, what + " with bias");
     auto o = c.o;
     o.relu = true;
-    expect_same(what + " no bias, relu", 0, 0,
-                [&](const auto& a, const auto& b) { return ts::conv2d(a, b, o); }, x, w);
+    expect_same(
+        what + " no bias, relu", 0, 0,
+        [&](const auto& a, const auto& b) { return ts::conv2d(a, b, o); }, x, w);
   }
 }
 
@@ -93,29 +94,30 @@ TYPED_TEST(CudaConv, InputAndWeightGradientsMatchCpu) {
       if (c.o.stride == std::array<int64_t, 2>{1, 1}) expect_mostly_nonzero(dx, what);
     }
     const auto dyd = dy.template to<ts::cuda>();
-    expect_close(ts::conv2d_backward_input(dyd, w.template to<ts::cuda>(), c.x, c.o)
-                     .template to<ts::cpu>(),
-                 dx, 0, 0, what + " input");
-    expect_close(ts::conv2d_backward_weight(dyd, x.template to<ts::cuda>(), c.w, c.o)
-                     .template to<ts::cpu>(),
-                 dw, 0, 0, what + " weight");
+    expect_close(
+        ts::conv2d_backward_input(dyd, w.template to<ts::cuda>(), c.x, c.o).template to<ts::cpu>(),
+        dx, 0, 0, what + " input");
+    expect_close(
+        ts::conv2d_backward_weight(dyd, x.template to<ts::cuda>(), c.w, c.o).template to<ts::cpu>(),
+        dw, 0, 0, what + " weight");
   }
 }
 
 TEST_F(CudaConvOps, ConvBiasGradientAndReluMask) {
   const auto dy = ints<float>({5, 7, 13, 17}, 200), y = ints<float>({5, 7, 13, 17}, 201);
-  expect_same("conv2d_backward_bias", 0, 0,
-              [](const auto& g) { return ts::conv2d_backward_bias(g); }, dy);
+  expect_same(
+      "conv2d_backward_bias", 0, 0, [](const auto& g) { return ts::conv2d_backward_bias(g); }, dy);
   const auto [g_cpu, db_cpu] = ts::detail::conv_bias_backward_masked("test", dy, y, true);
-  const auto [g_dev, db_dev] = ts::detail::conv_bias_backward_masked(
-      "test", dy.to<ts::cuda>(), y.to<ts::cuda>(), true);
+  const auto [g_dev, db_dev] =
+      ts::detail::conv_bias_backward_masked("test", dy.to<ts::cuda>(), y.to<ts::cuda>(), true);
   expect_close(g_dev.to<ts::cpu>(), g_cpu, 0, 0, "relu-masked gradient");
   expect_close(db_dev.to<ts::cpu>(), db_cpu, 0, 0, "masked bias gradient");
   expect_mostly_nonzero(db_cpu, "masked bias gradient");
   // A long plane (several strides of the block) in double.
   const auto big = ints<double>({2, 3, 301, 257}, 202);
-  expect_same("conv2d_backward_bias long planes", 0, 0,
-              [](const auto& g) { return ts::conv2d_backward_bias(g); }, big);
+  expect_same(
+      "conv2d_backward_bias long planes", 0, 0,
+      [](const auto& g) { return ts::conv2d_backward_bias(g); }, big);
 }
 
 TEST_F(CudaConvOps, Int8ConvolutionIsExact) {
@@ -123,22 +125,23 @@ TEST_F(CudaConvOps, Int8ConvolutionIsExact) {
   const auto w = ints<int8_t>({6, 5, 3, 3}, 301, -128, 127);
   const auto bias = ints<int32_t>({6}, 302, -1000, 1000);
   const ts::Conv2dOptions o{.stride = {2, 1}, .padding = {1, 1}};
-  expect_same("int8 conv2d", 0, 0,
-              [&](const auto& a, const auto& b, const auto& c) { return ts::conv2d(a, b, c, o); },
-              x, w, bias);
+  expect_same(
+      "int8 conv2d", 0, 0,
+      [&](const auto& a, const auto& b, const auto& c) { return ts::conv2d(a, b, c, o); }, x, w,
+      bias);
 }
 
 TEST_F(CudaConvOps, Conv1dAndTransposedConvolution) {
   const auto x = ints<float>({3, 4, 29}, 400), w = ints<float>({5, 4, 3}, 401);
   const ts::Conv1dOptions o1{.stride = 2, .padding = 1, .dilation = 2};
-  expect_same("conv1d", 0, 0, [&](const auto& a, const auto& b) { return ts::conv1d(a, b, o1); },
-              x, w);
+  expect_same(
+      "conv1d", 0, 0, [&](const auto& a, const auto& b) { return ts::conv1d(a, b, o1); }, x, w);
   const auto xt = ints<float>({2, 6, 5, 7}, 402), wt = ints<float>({6, 2, 3, 3}, 403);
   const ts::ConvTranspose2dOptions ot{
       .stride = {2, 2}, .padding = {1, 0}, .output_padding = {1, 0}, .groups = 2};
-  expect_same("conv_transpose2d", 0, 0,
-              [&](const auto& a, const auto& b) { return ts::conv_transpose2d(a, b, ot); }, xt,
-              wt);
+  expect_same(
+      "conv_transpose2d", 0, 0,
+      [&](const auto& a, const auto& b) { return ts::conv_transpose2d(a, b, ot); }, xt, wt);
 }
 
 TEST_F(CudaConvOps, ConvErrorsAreThrownBeforeAnyLaunch) {
@@ -181,9 +184,9 @@ TYPED_TEST(CudaPool, MaxPoolingValuesIndicesAndGradient) {
     const auto g = ints<T>(want.values.shape(), seed++);
     const auto gx = ts::max_pool2d_backward(g, want.indices, c.x);
     expect_mostly_nonzero(g, what);
-    expect_close(ts::max_pool2d_backward(g.template to<ts::cuda>(), got.indices, c.x)
-                     .template to<ts::cpu>(),
-                 gx, 0, 0, what + " backward");
+    expect_close(
+        ts::max_pool2d_backward(g.template to<ts::cuda>(), got.indices, c.x).template to<ts::cpu>(),
+        gx, 0, 0, what + " backward");
     c.o.dilation = {2, 1};  // dilation is max pooling's alone
     if (c.o.padding[0] == 0) {
       const auto wd = ts::max_pool2d_with_indices(x, c.o);
@@ -203,32 +206,36 @@ TYPED_TEST(CudaPool, AverageAndAdaptivePoolingWithGradients) {
     for (bool include : {true, false}) {
       c.o.count_include_pad = include;
       const auto o = c.o;
-      expect_same(what + (include ? " include pad" : " exclude pad"), tol, tol,
-                  [&](const auto& a) { return ts::avg_pool2d(a, o); }, x);
+      expect_same(
+          what + (include ? " include pad" : " exclude pad"), tol, tol,
+          [&](const auto& a) { return ts::avg_pool2d(a, o); }, x);
       const auto g = sample<T>(ts::avg_pool2d(x, o).shape(), seed++);
-      expect_same(what + " backward", tol, tol,
-                  [&](const auto& a) { return ts::avg_pool2d_backward(a, c.x, o); }, g);
+      expect_same(
+          what + " backward", tol, tol,
+          [&](const auto& a) { return ts::avg_pool2d_backward(a, c.x, o); }, g);
     }
   }
   const auto x = sample<T>({2, 3, 10, 7}, seed++);
   for (std::array<int64_t, 2> out : {std::array<int64_t, 2>{1, 1}, {3, 4}, {10, 7}, {4, 7}}) {
-    const std::string what = "adaptive_avg_pool2d to " + std::to_string(out[0]) + "x" +
-                             std::to_string(out[1]);
-    expect_same(what, tol, tol, [&](const auto& a) { return ts::adaptive_avg_pool2d(a, out); },
-                x);
+    const std::string what =
+        "adaptive_avg_pool2d to " + std::to_string(out[0]) + "x" + std::to_string(out[1]);
+    expect_same(
+        what, tol, tol, [&](const auto& a) { return ts::adaptive_avg_pool2d(a, out); }, x);
     const auto g = sample<T>({2, 3, out[0], out[1]}, seed++);
     const ts::Shape in = x.shape();
-    expect_same(what + " backward", tol, tol,
-                [&](const auto& a) { return ts::adaptive_avg_pool2d_backward(a, in); }, g);
+    expect_same(
+        what + " backward", tol, tol,
+        [&](const auto& a) { return ts::adaptive_avg_pool2d_backward(a, in); }, g);
   }
-  expect_same("global_avg_pool2d", tol, tol,
-              [](const auto& a) { return ts::global_avg_pool2d(a); }, x);
+  expect_same(
+      "global_avg_pool2d", tol, tol, [](const auto& a) { return ts::global_avg_pool2d(a); }, x);
 }
 
 TEST_F(CudaPoolOps, MaxPoolingOfIntegersAndNaN) {
   const ts::Pool2dOptions o{.kernel = {2, 2}};
   const auto xi = ints<int32_t>({2, 2, 6, 6}, 700, -50, 50);
-  expect_same("max_pool2d int32", 0, 0, [&](const auto& a) { return ts::max_pool2d(a, o); }, xi);
+  expect_same(
+      "max_pool2d int32", 0, 0, [&](const auto& a) { return ts::max_pool2d(a, o); }, xi);
   auto xf = sample<float>({1, 1, 4, 4}, 701);
   xf.data()[5] = std::numeric_limits<float>::quiet_NaN();
   const auto got = ts::max_pool2d_with_indices(xf.to<ts::cuda>(), o);

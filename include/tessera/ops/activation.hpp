@@ -4,6 +4,34 @@
 #include "reduce.hpp"
 
 TESSERA_BEGIN_NAMESPACE
+namespace detail {
+
+// The element functions of softmax and log_softmax, as host-device functors so that the same
+// code runs on every backend (lambdas would be host-only under nvcc).
+
+/// exp(v - m) in C: softmax's shifted exponentials.
+template <class T, class C>
+struct softmax_shifted_exp {
+  TESSERA_HOST_DEVICE C operator()(T v, T mv) const {
+    using std::exp;
+    return static_cast<C>(exp(C(v) - C(mv)));
+  }
+};
+/// v / t as R.
+template <class R, class C>
+struct softmax_divide {
+  TESSERA_HOST_DEVICE R operator()(C v, C t) const { return static_cast<R>(v / t); }
+};
+/// (v - m) - log(t) as T.
+template <class T, class C>
+struct log_softmax_finish {
+  TESSERA_HOST_DEVICE T operator()(T v, T mv, C t) const {
+    using std::log;
+    return static_cast<T>((C(v) - C(mv)) - log(t));
+  }
+};
+
+}  // namespace detail
 
 /// exp(x) / sum(exp(x)) along `dim`, computed as exp(x - m) / sum(exp(x - m)) with m the
 /// maximum, so that large inputs do not overflow. Same shape as x (empty in, empty out);
@@ -19,14 +47,13 @@ Tensor<T, B> softmax(const Tensor<T, B>& x, int64_t dim = -1) {
   // that grows with |x| (1e-5 relative at x = 1000 in float), while x - m is exact near the top.
   using C = compute_t<T>;
   const Tensor<T, B> m = map(fn::finite_or_zero{}, max(x, {dim}, true));
-  Tensor<C, B> e = map([](T v, T mv) { return static_cast<C>(std::exp(C(v) - C(mv))); }, x, m);
+  Tensor<C, B> e = map(detail::softmax_shifted_exp<T, C>{}, x, m);
   const Tensor<C, B> s = sum(e, {dim}, true);
   if constexpr (std::is_same_v<C, T>) {
-    map_to(
-        e, [](C v, C t) { return static_cast<C>(v / t); }, e, s);
+    map_to(e, detail::softmax_divide<C, C>{}, e, s);
     return e;
   } else {
-    return map([](C v, C t) { return static_cast<T>(v / t); }, e, s);
+    return map(detail::softmax_divide<T, C>{}, e, s);
   }
 }
 
@@ -43,9 +70,8 @@ Tensor<T, B> log_softmax(const Tensor<T, B>& x, int64_t dim = -1) {
   // logsumexp to T would cost precision proportional to |x| (as in softmax).
   using C = compute_t<T>;
   const Tensor<T, B> m = map(fn::finite_or_zero{}, max(x, {dim}, true));
-  const Tensor<C, B> s =
-      sum(map([](T v, T mv) { return static_cast<C>(std::exp(C(v) - C(mv))); }, x, m), {dim}, true);
-  return map([](T v, T mv, C t) { return static_cast<T>((C(v) - C(mv)) - std::log(t)); }, x, m, s);
+  const Tensor<C, B> s = sum(map(detail::softmax_shifted_exp<T, C>{}, x, m), {dim}, true);
+  return map(detail::log_softmax_finish<T, C>{}, x, m, s);
 }
 
 TESSERA_END_NAMESPACE

@@ -1,12 +1,14 @@
 // tessera/ops/loss.hpp - classification losses on tensors: cross_entropy with integer labels
 // (fused log-softmax + pick, with label smoothing and an ignored label) and nll_loss, with the
-// backward functions the autograd layer calls.
+// backward functions the autograd layer calls. On the CPU each row is one fused loop (in
+// double); on backends whose memory the host cannot read (CUDA) the same formulas are composed
+// from map and reductions, with labels compared against column numbers instead of indexed.
 #pragma once
 
 #include <cmath>
 
-#include "activation.hpp"
 #include "../backend/cpu/parallel.hpp"
+#include "activation.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 
@@ -30,11 +32,19 @@ struct NLLLossOptions {
 
 namespace detail {
 
+/// The labels on the host, contiguous: the loss ops check and count them there (for a device
+/// backend, one copy of N integers).
+template <class B>
+Tensor<int64_t, cpu> host_labels(const Tensor<int64_t, B>& labels) {
+  if constexpr (std::is_same_v<B, cpu>)
+    return labels.contiguous();
+  else
+    return labels.template to<cpu>();
+}
+
 template <class T, class B>
 void check_class_problem(std::string_view op, const Tensor<T, B>& scores,
                          const Tensor<int64_t, B>& labels, int64_t ignore_index) {
-  static_assert(backend::memory<B>::host_accessible,
-                "tessera: cross_entropy / nll_loss run on the CPU backend only in this release");
   scores.check_defined(op), labels.check_defined(op);
   if (scores.rank() != 2)
     fail<shape_error>(op, "expects scores of shape [N, C], got ", scores.shape());
@@ -42,7 +52,7 @@ void check_class_problem(std::string_view op, const Tensor<T, B>& scores,
     fail<shape_error>(op, "labels of shape ", labels.shape(), " for scores of shape ",
                       scores.shape(), " (expected [", scores.shape()[0], "])");
   const int64_t n = scores.shape()[0], c = scores.shape()[1];
-  const Tensor<int64_t, B> l = labels.contiguous();
+  const Tensor<int64_t, cpu> l = host_labels(labels);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t v = l.data()[i];
     if (v != ignore_index && (v < 0 || v >= c))
@@ -53,7 +63,7 @@ void check_class_problem(std::string_view op, const Tensor<T, B>& scores,
 /// Number of samples the mean divides by (those whose label is not ignored).
 template <class B>
 int64_t counted_samples(const Tensor<int64_t, B>& labels, int64_t ignore_index) {
-  const Tensor<int64_t, B> l = labels.contiguous();
+  const Tensor<int64_t, cpu> l = host_labels(labels);
   int64_t k = 0;
   for (int64_t i = 0; i < l.numel(); ++i) k += l.data()[i] != ignore_index;
   return k;
@@ -91,6 +101,89 @@ void cross_entropy_rows(const Tensor<T, B>& logits, const Tensor<int64_t, B>& la
   });
 }
 
+// ---- the composed path (backends the host cannot read) -----------------------------------------
+
+/// Column numbers 0 .. c - 1 as a [1, c] tensor of backend B.
+template <class B>
+Tensor<int64_t, B> class_columns(int64_t c) {
+  Tensor<int64_t, cpu> j(Shape{1, c});
+  for (int64_t i = 0; i < c; ++i) j.data()[i] = i;
+  if constexpr (std::is_same_v<B, cpu>)
+    return j;
+  else
+    return j.template to<B>();
+}
+
+/// x where the column is the row's label, else 0: summed over a row, x[label] (0 when ignored).
+template <class T>
+struct loss_pick_label {
+  TESSERA_HOST_DEVICE T operator()(T x, int64_t label, int64_t col) const {
+    return label == col ? x : T(0);
+  }
+};
+
+/// x[i, labels[i]] per row of x [N, C] (0 where the label is no column).
+template <class T, class B>
+Tensor<T, B> picked_scores(const Tensor<T, B>& x, const Tensor<int64_t, B>& labels) {
+  const int64_t n = x.shape()[0], c = x.shape()[1];
+  return sum(map(loss_pick_label<T>{}, x, labels.reshape({n, 1}), class_columns<B>(c)), {1});
+}
+
+/// One sample's cross-entropy from its row's logsumexp, x[label] and sum of x.
+template <class T>
+struct cross_entropy_sample {
+  int64_t ignore_index;
+  double keep, smooth_per_class;
+  template <class L, class P, class S>
+  TESSERA_HOST_DEVICE T operator()(L lse, P picked, S total, int64_t label) const {
+    if (label == ignore_index) return T(0);
+    T v = static_cast<T>(lse) - static_cast<T>(keep) * static_cast<T>(picked);
+    if (smooth_per_class != 0) v -= static_cast<T>(smooth_per_class) * static_cast<T>(total);
+    return v;
+  }
+};
+
+/// d loss / d x[i, j] = g_i (softmax(x)_ij - smooth / C) - g_i keep [j == label_i].
+template <class T>
+struct cross_entropy_grad {
+  int64_t ignore_index;
+  double keep, smooth_per_class;
+  TESSERA_HOST_DEVICE T operator()(T x, T lse, int64_t label, int64_t col, T g) const {
+    using std::exp;
+    if (label == ignore_index) return T(0);
+    T v = g * (static_cast<T>(exp(x - lse)) - static_cast<T>(smooth_per_class));
+    if (col == label) v -= g * static_cast<T>(keep);
+    return v;
+  }
+};
+
+/// One sample's negative log-likelihood from logp[label].
+template <class T>
+struct nll_sample {
+  int64_t ignore_index;
+  template <class P>
+  TESSERA_HOST_DEVICE T operator()(P picked, int64_t label) const {
+    return label == ignore_index ? T(0) : static_cast<T>(-static_cast<T>(picked));
+  }
+};
+
+/// d nll / d logp[i, j] = -g_i at j == label_i (not ignored), else 0.
+template <class T>
+struct nll_grad {
+  int64_t ignore_index;
+  TESSERA_HOST_DEVICE T operator()(int64_t label, int64_t col, T g) const {
+    return label == col && label != ignore_index ? static_cast<T>(-g) : T(0);
+  }
+};
+
+/// The incoming loss gradient times scale, shaped to broadcast over [N, C]: [N, 1] per sample,
+/// [1, 1] for a reduced loss.
+template <class T, class B>
+Tensor<T, B> loss_grad_column(const Tensor<T, B>& grad_loss, bool per_sample, double scale) {
+  const Tensor<T, B> g = grad_loss * static_cast<T>(scale);
+  return per_sample ? g.reshape({grad_loss.numel(), 1}) : g.reshape({1, 1});
+}
+
 /// Combines per-sample losses by the reduction (mean over `count` samples).
 template <class T, class B>
 Tensor<T, B> reduce_loss(const Tensor<T, B>& per_sample, Reduction r, int64_t count) {
@@ -116,10 +209,21 @@ Tensor<T, B> cross_entropy(const Tensor<T, B>& logits, const Tensor<int64_t, B>&
   if (!(opts.label_smoothing >= 0 && opts.label_smoothing <= 1))
     detail::fail<error>("cross_entropy", "label_smoothing = ", opts.label_smoothing,
                         " is outside [0, 1]");
-  const int64_t n = logits.shape()[0];
-  Tensor<T, B> loss(Shape{n}), lse(Shape{n});
-  detail::cross_entropy_rows(logits, labels, opts, loss, lse);
-  return detail::reduce_loss(loss, opts.reduction, detail::counted_samples(labels, opts.ignore_index));
+  const int64_t n = logits.shape()[0], c = logits.shape()[1];
+  Tensor<T, B> loss(Shape{n});
+  if constexpr (backend::memory<B>::host_accessible) {
+    Tensor<T, B> lse(Shape{n});
+    detail::cross_entropy_rows(logits, labels, opts, loss, lse);
+  } else if (c == 0) {
+    loss.fill_(T(0));
+  } else {
+    const detail::cross_entropy_sample<T> f{opts.ignore_index, 1.0 - opts.label_smoothing,
+                                            opts.label_smoothing / static_cast<double>(c)};
+    loss = map(f, logsumexp(logits, {1}), detail::picked_scores(logits, labels), sum(logits, {1}),
+               labels);
+  }
+  return detail::reduce_loss(loss, opts.reduction,
+                             detail::counted_samples(labels, opts.ignore_index));
 }
 
 /// Gradient of cross_entropy with respect to the logits: (softmax(x) - target) times the
@@ -128,14 +232,9 @@ Tensor<T, B> cross_entropy(const Tensor<T, B>& logits, const Tensor<int64_t, B>&
 template <element_type T, class B>
 Tensor<T, B> cross_entropy_backward(const Tensor<T, B>& grad_loss, const Tensor<T, B>& logits,
                                     const Tensor<int64_t, B>& labels,
-                                    const CrossEntropyOptions& opts = {},
-                                    Tensor<T, B> lse = {}) {
+                                    const CrossEntropyOptions& opts = {}, Tensor<T, B> lse = {}) {
   detail::check_class_problem("cross_entropy_backward", logits, labels, opts.ignore_index);
   const int64_t n = logits.shape()[0], c = logits.shape()[1];
-  if (!lse.defined()) {
-    lse = Tensor<T, B>(Shape{n});
-    detail::cross_entropy_rows(logits, labels, opts, Tensor<T, B>(Shape{n}), lse);
-  }
   const bool per_sample = opts.reduction == Reduction::none;
   if (per_sample ? !(grad_loss.shape() == Shape{n}) : grad_loss.numel() != 1)
     detail::fail<shape_error>("cross_entropy_backward", "grad_loss of shape ", grad_loss.shape(),
@@ -143,30 +242,42 @@ Tensor<T, B> cross_entropy_backward(const Tensor<T, B>& grad_loss, const Tensor<
   double scale = 1;
   if (opts.reduction == Reduction::mean)
     scale = 1.0 / static_cast<double>(detail::counted_samples(labels, opts.ignore_index));
-  const Tensor<T, B> x = logits.contiguous(), g = grad_loss.contiguous(), ls = lse.contiguous();
-  const Tensor<int64_t, B> l = labels.contiguous();
-  Tensor<T, B> dx(logits.shape());
-  const double smooth = opts.label_smoothing / static_cast<double>(c ? c : 1);
-  const double keep = 1.0 - opts.label_smoothing;
-  const T *px = x.data(), *pg = g.data(), *pls = ls.data();
-  const int64_t* pl = l.data();
-  T* pd = dx.data();
-  detail::parallel_for(n, 4 * c, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      T* out = pd + i * c;
-      if (pl[i] == opts.ignore_index) {
-        std::fill(out, out + c, T(0));
-        continue;
-      }
-      const double gi = static_cast<double>(pg[per_sample ? i : 0]) * scale;
-      const T* row = px + i * c;
-      const double lsev = pls[i];
-      for (int64_t j = 0; j < c; ++j)
-        out[j] = static_cast<T>(gi * (std::exp(static_cast<double>(row[j]) - lsev) - smooth));
-      out[pl[i]] = static_cast<T>(out[pl[i]] - gi * keep);
+  if constexpr (!backend::memory<B>::host_accessible) {
+    if (!lse.defined()) lse = logsumexp(logits, {1});
+    const detail::cross_entropy_grad<T> f{opts.ignore_index, 1.0 - opts.label_smoothing,
+                                          opts.label_smoothing / static_cast<double>(c ? c : 1)};
+    return map(f, logits, lse.reshape({n, 1}), labels.reshape({n, 1}), detail::class_columns<B>(c),
+               detail::loss_grad_column(grad_loss, per_sample, scale));
+  } else {
+    if (!lse.defined()) {
+      lse = Tensor<T, B>(Shape{n});
+      detail::cross_entropy_rows(logits, labels, opts, Tensor<T, B>(Shape{n}), lse);
     }
-  });
-  return dx;
+    const Tensor<T, B> x = logits.contiguous(), g = grad_loss.contiguous(), ls = lse.contiguous();
+    const Tensor<int64_t, B> l = labels.contiguous();
+    Tensor<T, B> dx(logits.shape());
+    const double smooth = opts.label_smoothing / static_cast<double>(c ? c : 1);
+    const double keep = 1.0 - opts.label_smoothing;
+    const T *px = x.data(), *pg = g.data(), *pls = ls.data();
+    const int64_t* pl = l.data();
+    T* pd = dx.data();
+    detail::parallel_for(n, 4 * c, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        T* out = pd + i * c;
+        if (pl[i] == opts.ignore_index) {
+          std::fill(out, out + c, T(0));
+          continue;
+        }
+        const double gi = static_cast<double>(pg[per_sample ? i : 0]) * scale;
+        const T* row = px + i * c;
+        const double lsev = pls[i];
+        for (int64_t j = 0; j < c; ++j)
+          out[j] = static_cast<T>(gi * (std::exp(static_cast<double>(row[j]) - lsev) - smooth));
+        out[pl[i]] = static_cast<T>(out[pl[i]] - gi * keep);
+      }
+    });
+    return dx;
+  }
 }
 
 /// Negative log-likelihood of log-probabilities [N, C] at integer labels [N]: -logp[i, label].
@@ -177,13 +288,19 @@ Tensor<T, B> nll_loss(const Tensor<T, B>& log_probs, const Tensor<int64_t, B>& l
   static_assert(is_floating_v<T> && !is_low_precision_v<T>, "tessera::nll_loss: float or double");
   detail::check_class_problem("nll_loss", log_probs, labels, opts.ignore_index);
   const int64_t n = log_probs.shape()[0];
-  const Tensor<int64_t, B> l = labels.contiguous();
   Tensor<T, B> loss(Shape{n});
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t v = l.data()[i];
-    loss.data()[i] = v == opts.ignore_index ? T(0) : static_cast<T>(-log_probs(i, v));
+  if constexpr (backend::memory<B>::host_accessible) {
+    const Tensor<int64_t, B> l = labels.contiguous();
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t v = l.data()[i];
+      loss.data()[i] = v == opts.ignore_index ? T(0) : static_cast<T>(-log_probs(i, v));
+    }
+  } else {
+    loss = map(detail::nll_sample<T>{opts.ignore_index}, detail::picked_scores(log_probs, labels),
+               labels);
   }
-  return detail::reduce_loss(loss, opts.reduction, detail::counted_samples(labels, opts.ignore_index));
+  return detail::reduce_loss(loss, opts.reduction,
+                             detail::counted_samples(labels, opts.ignore_index));
 }
 
 /// Gradient of nll_loss with respect to log_probs: -grad at each sample's label, 0 elsewhere.
@@ -198,15 +315,21 @@ Tensor<T, B> nll_loss_backward(const Tensor<T, B>& grad_loss, const Shape& log_p
   double scale = 1;
   if (opts.reduction == Reduction::mean)
     scale = 1.0 / static_cast<double>(detail::counted_samples(labels, opts.ignore_index));
-  Tensor<T, B> d = zeros<T, B>(log_probs_shape);
-  const Tensor<T, B> g = grad_loss.contiguous();
-  const Tensor<int64_t, B> l = labels.contiguous();
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t v = l.data()[i];
-    if (v != opts.ignore_index)
-      d(i, v) = static_cast<T>(-static_cast<double>(g.data()[per_sample ? i : 0]) * scale);
+  if constexpr (!backend::memory<B>::host_accessible) {
+    return map(detail::nll_grad<T>{opts.ignore_index}, labels.reshape({n, 1}),
+               detail::class_columns<B>(log_probs_shape[1]),
+               detail::loss_grad_column(grad_loss, per_sample, scale));
+  } else {
+    Tensor<T, B> d = zeros<T, B>(log_probs_shape);
+    const Tensor<T, B> g = grad_loss.contiguous();
+    const Tensor<int64_t, B> l = labels.contiguous();
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t v = l.data()[i];
+      if (v != opts.ignore_index)
+        d(i, v) = static_cast<T>(-static_cast<double>(g.data()[per_sample ? i : 0]) * scale);
+    }
+    return d;
   }
-  return d;
 }
 
 TESSERA_END_NAMESPACE

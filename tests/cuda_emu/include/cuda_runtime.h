@@ -329,25 +329,39 @@ inline cudaError_t cudaPeekAtLastError() { return tessera_cuda_emulation::last_e
 
 inline const char* cudaGetErrorName(cudaError_t e) {
   switch (e) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
-    case cudaErrorNoDevice: return "cudaErrorNoDevice";
-    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaSuccess:
+      return "cudaSuccess";
+    case cudaErrorInvalidValue:
+      return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+      return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration:
+      return "cudaErrorInvalidConfiguration";
+    case cudaErrorNoDevice:
+      return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice:
+      return "cudaErrorInvalidDevice";
+    case cudaErrorLaunchFailure:
+      return "cudaErrorLaunchFailure";
   }
   return "cudaErrorUnknown";
 }
 inline const char* cudaGetErrorString(cudaError_t e) {
   switch (e) {
-    case cudaSuccess: return "no error";
-    case cudaErrorInvalidValue: return "invalid argument";
-    case cudaErrorMemoryAllocation: return "out of memory";
-    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
-    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
-    case cudaErrorInvalidDevice: return "invalid device ordinal";
-    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaSuccess:
+      return "no error";
+    case cudaErrorInvalidValue:
+      return "invalid argument";
+    case cudaErrorMemoryAllocation:
+      return "out of memory";
+    case cudaErrorInvalidConfiguration:
+      return "invalid configuration argument";
+    case cudaErrorNoDevice:
+      return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice:
+      return "invalid device ordinal";
+    case cudaErrorLaunchFailure:
+      return "unspecified launch failure";
   }
   return "unknown error";
 }
@@ -366,8 +380,12 @@ inline cudaError_t cudaSetDevice(int d) {
 inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int d) {
   if (d != 0) return tessera_cuda_emulation::record(cudaErrorInvalidDevice);
   switch (a) {
-    case cudaDevAttrMultiProcessorCount: *v = tessera_cuda_emulation::sm_count; return cudaSuccess;
-    case cudaDevAttrMaxThreadsPerBlock: *v = 1024; return cudaSuccess;
+    case cudaDevAttrMultiProcessorCount:
+      *v = tessera_cuda_emulation::sm_count;
+      return cudaSuccess;
+    case cudaDevAttrMaxThreadsPerBlock:
+      *v = 1024;
+      return cudaSuccess;
   }
   return tessera_cuda_emulation::record(cudaErrorInvalidValue);
 }
@@ -383,7 +401,7 @@ inline cudaError_t cudaMalloc(void** p, size_t bytes) {
       return tessera_cuda_emulation::record(cudaErrorMemoryAllocation);
     m.used += bytes;
   }
-  void* q = ::operator new(bytes ? bytes : 1, std::align_val_t{256});
+  void* q = ::operator new (bytes ? bytes : 1, std::align_val_t{256});
   std::memset(q, 0xff, bytes);  // poison: NaN for floating types, -1 for integers
   std::lock_guard lock(m.mu);
   m.blocks.emplace(reinterpret_cast<uintptr_t>(q), bytes);
@@ -405,7 +423,7 @@ inline cudaError_t cudaFree(void* p) {
     m.used -= it->second;
     m.blocks.erase(it);
   }
-  ::operator delete(p, std::align_val_t{256});
+  ::operator delete (p, std::align_val_t{256});
   return cudaSuccess;
 }
 

@@ -218,8 +218,8 @@ struct conv_kernel<cuda> {
         q.batch = cnt, q.b_offsets = b_off.data(), q.c_offsets = c_off.data();
         gemm_kernel<cuda>::run(q);
         if (!direct)
-          detail::cuda_conv_launch("cuda_col2im", detail::cuda_col2im<Acc>, cnt * cg * g.h * g.w,
-                                   g, static_cast<const Acc*>(dcol.get()), n0, cnt, grp, p.dx);
+          detail::cuda_conv_launch("cuda_col2im", detail::cuda_col2im<Acc>, cnt * cg * g.h * g.w, g,
+                                   static_cast<const Acc*>(dcol.get()), n0, cnt, grp, p.dx);
       }
     }
   }

@@ -210,8 +210,8 @@ struct pool_kernel<cuda> {
     const int zero = 0;
     memory<cuda>::copy_from_host(flag.get(), &zero, sizeof zero);
     A* a = acc_bytes ? static_cast<A*>(acc.get()) : reinterpret_cast<A*>(gx);
-    detail::cuda_pool_launch("cuda_pool_max_backward", detail::cuda_pool_max_backward<T>,
-                             pr.planes, pr, gy, indices, gx, a, static_cast<int*>(flag.get()));
+    detail::cuda_pool_launch("cuda_pool_max_backward", detail::cuda_pool_max_backward<T>, pr.planes,
+                             pr, gy, indices, gx, a, static_cast<int*>(flag.get()));
     int bad = 0;
     memory<cuda>::copy_to_host(&bad, flag.get(), sizeof bad);
     return bad == 0;
@@ -224,10 +224,9 @@ struct pool_kernel<cuda> {
   }
   template <class T>
   static void adaptive_avg_backward(const detail::pool_problem& pr, const T* gy, T* gx) {
-    detail::cuda_pool_launch(
-        "cuda_pool_avg_backward (adaptive)",
-        detail::cuda_pool_avg_backward<T, detail::cuda_pool_windows::adaptive>,
-        pr.planes * pr.h * pr.w, pr, gy, gx);
+    detail::cuda_pool_launch("cuda_pool_avg_backward (adaptive)",
+                             detail::cuda_pool_avg_backward<T, detail::cuda_pool_windows::adaptive>,
+                             pr.planes * pr.h * pr.w, pr, gy, gx);
   }
 };
 

@@ -1,0 +1,93 @@
+// Tests of softmax, log_softmax and the classification losses (cross_entropy, nll_loss and their
+// backward functions) on CUDA tensors, against the CPU backend on the same inputs. On the device
+// these are composed from map and reductions (the CPU runs one fused loop per row, in double),
+// so results agree to rounding, not bit for bit. Every test skips, with a message, when no CUDA
+// device is visible.
+#include <limits>
+
+#include "cuda_test_util.cuh"
+
+namespace {
+using namespace cuda_test;
+
+template <class T>
+class CudaSoftmax : public CudaFixture {};
+using SoftmaxDtypes = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(CudaSoftmax, SoftmaxDtypes);
+
+TYPED_TEST(CudaSoftmax, SoftmaxAndLogSoftmaxAlongEveryDim) {
+  using T = TypeParam;
+  const double tol = 4 * ulps2<T>();
+  auto x = sample<T>({5, 7, 33}, 1);
+  x = x * T(8);  // wide range: the shift by the maximum matters
+  for (int64_t dim : {0, 1, 2, -1}) {
+    const std::string d = " dim " + std::to_string(dim);
+    expect_same("softmax" + d, tol, 1e-30, [&](const auto& a) { return ts::softmax(a, dim); }, x);
+    expect_same("log_softmax" + d, tol, tol,
+                [&](const auto& a) { return ts::log_softmax(a, dim); }, x);
+  }
+}
+
+class CudaLoss : public CudaFixture {};
+
+/// Labels in [0, c), with every fifth sample set to ignore when `ignore` is set.
+HostT<int64_t> labels_for(int64_t n, int64_t c, uint64_t seed, int64_t ignore = 0) {
+  ts::Generator g(seed);
+  auto l = ts::randint<int64_t, ts::cpu>(0, c, {n}, g);
+  if (ignore)
+    for (int64_t i = 0; i < n; i += 5) l.data()[i] = ignore;
+  return l;
+}
+
+TEST_F(CudaLoss, CrossEntropyAndItsGradientMatchCpu) {
+  const int64_t n = 37, c = 10;
+  const auto x = sample<float>({n, c}, 10) * 3.f;
+  for (const ts::Reduction r : {ts::Reduction::none, ts::Reduction::mean, ts::Reduction::sum})
+    for (double smoothing : {0.0, 0.1})
+      for (int64_t ignore : {int64_t{-100}, int64_t{3}}) {
+        const ts::CrossEntropyOptions o{r, smoothing, ignore};
+        const auto l = labels_for(n, c, 11, ignore == 3 ? 3 : 0);
+        const std::string what = "cross_entropy reduction " + std::to_string(int(r)) +
+                                 " smoothing " + std::to_string(smoothing) + " ignore " +
+                                 std::to_string(ignore);
+        const auto want = ts::cross_entropy(x, l, o);
+        const auto xd = x.to<ts::cuda>();
+        const auto ld = l.to<ts::cuda>();
+        expect_close(ts::cross_entropy(xd, ld, o).to<ts::cpu>(), want, 1e-5, 1e-6, what);
+        const auto g = r == ts::Reduction::none ? sample<float>({n}, 12)
+                                                : ts::full<float, ts::cpu>({}, 0.75f);
+        const auto dx = ts::cross_entropy_backward(g, x, l, o);
+        expect_close(ts::cross_entropy_backward(g.to<ts::cuda>(), xd, ld, o).to<ts::cpu>(), dx,
+                     1e-5, 1e-7, what + " backward");
+      }
+}
+
+TEST_F(CudaLoss, NllLossAndItsGradientMatchCpu) {
+  const int64_t n = 23, c = 6;
+  const auto lp = ts::log_softmax(sample<double>({n, c}, 20));
+  for (const ts::Reduction r : {ts::Reduction::none, ts::Reduction::mean, ts::Reduction::sum}) {
+    const ts::NLLLossOptions o{r, 2};
+    const auto l = labels_for(n, c, 21, 2);
+    const std::string what = "nll_loss reduction " + std::to_string(int(r));
+    expect_same(what, 1e-13, 0, [&](const auto& a, const auto& b) { return ts::nll_loss(a, b, o); },
+                lp, l);
+    const auto g =
+        r == ts::Reduction::none ? sample<double>({n}, 22) : ts::full<double, ts::cpu>({}, 2.0);
+    const auto want = ts::nll_loss_backward(g, lp.shape(), l, o);
+    expect_close(
+        ts::nll_loss_backward(g.to<ts::cuda>(), lp.shape(), l.to<ts::cuda>(), o).to<ts::cpu>(),
+        want, 0, 0, what + " backward");
+  }
+}
+
+TEST_F(CudaLoss, LabelErrorsAreCheckedOnTheHost) {
+  const auto x = ts::zeros<float, ts::cuda>({3, 4});
+  auto l = ts::zeros<int64_t, ts::cpu>({3});
+  l.data()[1] = 4;
+  EXPECT_THROW(ts::cross_entropy(x, l.to<ts::cuda>()), ts::index_error);
+  l.data()[1] = -1;
+  EXPECT_THROW(ts::nll_loss(x, l.to<ts::cuda>()), ts::index_error);
+  EXPECT_THROW(ts::cross_entropy(x, ts::zeros<int64_t, ts::cuda>({2})), ts::shape_error);
+}
+
+}  // namespace
