@@ -2,6 +2,7 @@
 // with broadcasting undone in the backward pass (gradients are summed back to each input's shape).
 #pragma once
 
+#include "grad_fn.hpp"
 #include "variable.hpp"
 
 TESSERA_BEGIN_NAMESPACE
@@ -22,8 +23,8 @@ std::pair<Tensor<T, B>, bool> sum_to(const Tensor<T, B>& g, const Shape& s) {
 
 /// give(i, g summed to shape s): the usual last step of a broadcasting op's backward.
 template <class T, class B>
-void give_summed(const backward_context<T, B>& ctx, size_t i, const Tensor<T, B>& g,
-                 const Shape& s, bool g_fresh = true) {
+void give_summed(const backward_context<T, B>& ctx, size_t i, const Tensor<T, B>& g, const Shape& s,
+                 bool g_fresh = true) {
   if (!ctx.needs(i)) return;
   auto [r, fresh] = sum_to(g, s);
   ctx.give(i, std::move(r), fresh || g_fresh);
@@ -50,7 +51,9 @@ struct relu {
     return y > T(0) ? g : T(0);
   }
   template <class V>
-  requires(!arith<V>) V operator()(V g, V y) const { return autograd::detail::relu_grad_pack(g, y); }
+  requires(!arith<V>) V operator()(V g, V y) const {
+    return autograd::detail::relu_grad_pack(g, y);
+  }
 };
 /// g * y * (1 - y), from sigmoid's output y.
 struct sigmoid {
@@ -198,34 +201,32 @@ Variable<T, B> minimum(const Variable<T, B>& a, const Variable<T, B>& b) {
 /// x + s, x * s, x^p and friends, for a scalar s.
 template <element_type T, class B>
 Variable<T, B> add(const Variable<T, B>& x, T s) {
-  return autograd::detail::record(x.value() + s, {&x},
-                                  [](const autograd::backward_context<T, B>& c) {
-                                    c.give(0, c.grad(), false);
-                                  });
+  return autograd::detail::record(
+      x.value() + s, {&x},
+      [](const autograd::backward_context<T, B>& c) { c.give(0, c.grad(), false); });
 }
 template <element_type T, class B>
 Variable<T, B> mul(const Variable<T, B>& x, T s) {
-  return autograd::detail::record(x.value() * s, {&x},
-                                  [s](const autograd::backward_context<T, B>& c) {
-                                    c.give(0, c.grad() * s);
-                                  });
+  return autograd::detail::record(
+      x.value() * s, {&x},
+      [s](const autograd::backward_context<T, B>& c) { c.give(0, c.grad() * s); });
 }
 /// s / x.
 template <element_type T, class B>
 Variable<T, B> rdiv(T s, const Variable<T, B>& x) {
   Tensor<T, B> y = s / x.value();
-  return autograd::detail::record(y, {&x}, [x = x.value(), y](const autograd::backward_context<T, B>& c) {
-    c.give(0, map([](T g, T yv, T xv) { return -g * yv / xv; }, c.grad(), y, x));
-  });
+  return autograd::detail::record(y, {&x},
+                                  [x = x.value(), y](const autograd::backward_context<T, B>& c) {
+                                    c.give(0, map(autograd::grad_fn::rdiv<T>{}, c.grad(), y, x));
+                                  });
 }
 /// x^p for a scalar exponent p.
 template <element_type T, class B>
 Variable<T, B> pow(const Variable<T, B>& x, T p) {
   return autograd::detail::record(
-      map([p](T v) { return static_cast<T>(std::pow(v, p)); }, x.value()), {&x},
+      map(autograd::grad_fn::pow_scalar<T>{p}, x.value()), {&x},
       [x = x.value(), p](const autograd::backward_context<T, B>& c) {
-        c.give(0, map([p](T g, T v) { return p == T(0) ? T(0) : g * p * static_cast<T>(std::pow(v, p - 1)); },
-                      c.grad(), x));
+        c.give(0, map(autograd::grad_fn::pow_scalar_grad<T>{p}, c.grad(), x));
       });
 }
 
@@ -235,9 +236,8 @@ namespace autograd::detail {
 /// A unary op whose derivative is a function of (g, output).
 template <class D, class T, class B>
 Variable<T, B> unary_from_output(Tensor<T, B> y, const Variable<T, B>& x) {
-  return record(y, {&x}, [y](const backward_context<T, B>& c) {
-    c.give(0, map(D{}, c.grad(), y));
-  });
+  return record(y, {&x},
+                [y](const backward_context<T, B>& c) { c.give(0, map(D{}, c.grad(), y)); });
 }
 /// A unary op whose derivative is a function of (g, input).
 template <class D, class T, class B>
@@ -251,10 +251,9 @@ Variable<T, B> unary_from_input(Tensor<T, B> y, const Variable<T, B>& x) {
 /// -x.
 template <element_type T, class B>
 Variable<T, B> neg(const Variable<T, B>& x) {
-  return autograd::detail::record(neg(x.value()), {&x},
-                                  [](const autograd::backward_context<T, B>& c) {
-                                    c.give(0, neg(c.grad()));
-                                  });
+  return autograd::detail::record(
+      neg(x.value()), {&x},
+      [](const autograd::backward_context<T, B>& c) { c.give(0, neg(c.grad())); });
 }
 /// max(x, 0); the gradient is 0 where x <= 0.
 template <element_type T, class B>
@@ -306,10 +305,10 @@ Variable<T, B> gelu(const Variable<T, B>& x) {
 /// return T: `map([](float v) { return v * v; }, [](float v) { return 2 * v; }, x)`.
 template <class F, class DF, element_type T, class B>
 Variable<T, B> map(F f, DF df, const Variable<T, B>& x) {
-  return autograd::detail::record(map(f, x.value()), {&x},
-                                  [df, xv = x.value()](const autograd::backward_context<T, B>& c) {
-                                    c.give(0, map([df](T g, T v) { return g * df(v); }, c.grad(), xv));
-                                  });
+  return autograd::detail::record(
+      map(f, x.value()), {&x}, [df, xv = x.value()](const autograd::backward_context<T, B>& c) {
+        c.give(0, map(autograd::grad_fn::unary_user<T, DF>{df}, c.grad(), xv));
+      });
 }
 /// A binary user function with its partial derivatives: y = f(a, b), dy/da = dfa(a, b),
 /// dy/db = dfb(a, b), with broadcasting.
@@ -320,27 +319,27 @@ Variable<T, B> map(F f, DFA dfa, DFB dfb, const Variable<T, B>& a, const Variabl
       [dfa, dfb, a = a.value(), b = b.value()](const autograd::backward_context<T, B>& c) {
         if (c.needs(0))
           autograd::detail::give_summed(
-              c, 0, map([dfa](T g, T x, T y) { return g * dfa(x, y); }, c.grad(), a, b), a.shape());
+              c, 0, map(autograd::grad_fn::binary_user<T, DFA>{dfa}, c.grad(), a, b), a.shape());
         if (c.needs(1))
           autograd::detail::give_summed(
-              c, 1, map([dfb](T g, T x, T y) { return g * dfb(x, y); }, c.grad(), a, b), b.shape());
+              c, 1, map(autograd::grad_fn::binary_user<T, DFB>{dfb}, c.grad(), a, b), b.shape());
       });
 }
 
 // ---- operators: Variable with Variable, Tensor or scalar --------------------------------------
 
-#define TESSERA_VARIABLE_OPERATOR(OP, NAME)                                                  \
-  template <element_type T, class B>                                                         \
-  Variable<T, B> operator OP(const Variable<T, B>& a, const Variable<T, B>& b) {             \
-    return NAME(a, b);                                                                       \
-  }                                                                                          \
-  template <element_type T, class B>                                                         \
-  Variable<T, B> operator OP(const Variable<T, B>& a, const Tensor<T, B>& b) {               \
-    return NAME(a, Variable<T, B>(b));                                                       \
-  }                                                                                          \
-  template <element_type T, class B>                                                         \
-  Variable<T, B> operator OP(const Tensor<T, B>& a, const Variable<T, B>& b) {               \
-    return NAME(Variable<T, B>(a), b);                                                       \
+#define TESSERA_VARIABLE_OPERATOR(OP, NAME)                                      \
+  template <element_type T, class B>                                             \
+  Variable<T, B> operator OP(const Variable<T, B>& a, const Variable<T, B>& b) { \
+    return NAME(a, b);                                                           \
+  }                                                                              \
+  template <element_type T, class B>                                             \
+  Variable<T, B> operator OP(const Variable<T, B>& a, const Tensor<T, B>& b) {   \
+    return NAME(a, Variable<T, B>(b));                                           \
+  }                                                                              \
+  template <element_type T, class B>                                             \
+  Variable<T, B> operator OP(const Tensor<T, B>& a, const Variable<T, B>& b) {   \
+    return NAME(Variable<T, B>(a), b);                                           \
   }
 TESSERA_VARIABLE_OPERATOR(+, add)
 TESSERA_VARIABLE_OPERATOR(-, sub)

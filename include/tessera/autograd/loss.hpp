@@ -3,8 +3,9 @@
 // binary_cross_entropy_with_logits.
 #pragma once
 
-#include "reduce.hpp"
 #include "../ops/loss.hpp"
+#include "grad_fn.hpp"
+#include "reduce.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 
@@ -14,7 +15,7 @@ Variable<T, B> softmax(const Variable<T, B>& x, int64_t dim = -1) {
   Tensor<T, B> y = softmax(x.value(), dim);
   return autograd::detail::record(y, {&x}, [y, dim](const autograd::backward_context<T, B>& c) {
     const Tensor<T, B> gy = sum(c.grad() * y, {dim}, true);
-    c.give(0, map([](T g, T yv, T s) { return yv * (g - s); }, c.grad(), y, gy));
+    c.give(0, map(autograd::grad_fn::softmax<T>{}, c.grad(), y, gy));
   });
 }
 /// log_softmax along dim; backward: g - exp(y) * sum(g, dim).
@@ -23,8 +24,7 @@ Variable<T, B> log_softmax(const Variable<T, B>& x, int64_t dim = -1) {
   Tensor<T, B> y = log_softmax(x.value(), dim);
   return autograd::detail::record(y, {&x}, [y, dim](const autograd::backward_context<T, B>& c) {
     const Tensor<T, B> gs = sum(c.grad(), {dim}, true);
-    c.give(0, map([](T g, T yv, T s) { return static_cast<T>(g - std::exp(yv) * s); }, c.grad(),
-                  y, gs));
+    c.give(0, map(autograd::grad_fn::log_softmax<T>{}, c.grad(), y, gs));
   });
 }
 
@@ -32,9 +32,12 @@ namespace autograd::detail {
 template <class T, class B>
 Variable<T, B> reduce_loss(const Variable<T, B>& per_element, Reduction r) {
   switch (r) {
-    case Reduction::none: return per_element;
-    case Reduction::sum: return sum(per_element);
-    default: return mean(per_element);
+    case Reduction::none:
+      return per_element;
+    case Reduction::sum:
+      return sum(per_element);
+    default:
+      return mean(per_element);
   }
 }
 template <class T, class B>
@@ -55,9 +58,8 @@ Variable<T, B> cross_entropy(const Variable<T, B>& logits, const Tensor<int64_t,
   if (!(opts.label_smoothing >= 0 && opts.label_smoothing <= 1))
     tessera::detail::fail<error>("cross_entropy", "label_smoothing = ", opts.label_smoothing,
                                  " is outside [0, 1]");
-  const int64_t n = x.shape()[0];
-  Tensor<T, B> per_sample(Shape{n}), lse(Shape{n});
-  tessera::detail::cross_entropy_rows(x, labels, opts, per_sample, lse);
+  Tensor<T, B> lse;
+  const Tensor<T, B> per_sample = tessera::detail::cross_entropy_samples(x, labels, opts, lse);
   Tensor<T, B> loss = tessera::detail::reduce_loss(
       per_sample, opts.reduction, tessera::detail::counted_samples(labels, opts.ignore_index));
   return autograd::detail::record(
@@ -119,18 +121,12 @@ Variable<T, B> binary_cross_entropy_with_logits(const Variable<T, B>& logits,
                                                 const Variable<T, B>& target,
                                                 Reduction reduction = Reduction::mean) {
   autograd::detail::check_same_shape("binary_cross_entropy_with_logits", logits, target);
-  Tensor<T, B> per = map(
-      [](T x, T y) {
-        return static_cast<T>((x > T(0) ? x : T(0)) - x * y + std::log1p(std::exp(-std::abs(x))));
-      },
-      logits.value(), target.value());
+  Tensor<T, B> per = map(autograd::grad_fn::bce_logits<T>{}, logits.value(), target.value());
   Variable<T, B> v = autograd::detail::record(
       std::move(per), {&logits, &target},
       [x = logits.value(), y = target.value()](const autograd::backward_context<T, B>& c) {
-        if (c.needs(0))
-          c.give(0, map([](T g, T xv, T yv) { return static_cast<T>(g * (T(1) / (T(1) + std::exp(-xv)) - yv)); },
-                        c.grad(), x, y));
-        if (c.needs(1)) c.give(1, map([](T g, T xv) { return -g * xv; }, c.grad(), x));
+        if (c.needs(0)) c.give(0, map(autograd::grad_fn::bce_logits_grad<T>{}, c.grad(), x, y));
+        if (c.needs(1)) c.give(1, map(autograd::grad_fn::neg_mul<T>{}, c.grad(), x));
       });
   return autograd::detail::reduce_loss(v, reduction);
 }

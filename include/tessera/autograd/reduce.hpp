@@ -3,6 +3,7 @@
 #pragma once
 
 #include "elementwise.hpp"
+#include "grad_fn.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 namespace autograd::detail {
@@ -29,11 +30,11 @@ Tensor<T, B> expand_reduced(const Tensor<T, B>& g, const Shape& x, const Axes& a
 /// Sum over axes (all if empty); the gradient is broadcast back over the reduced axes.
 template <element_type T, class B>
 Variable<T, B> sum(const Variable<T, B>& x, const Axes& axes = {}, bool keepdim = false) {
-  return autograd::detail::record(
-      sum(x.value(), axes, keepdim), {&x},
-      [s = x.shape(), axes](const autograd::backward_context<T, B>& c) {
-        c.give(0, autograd::detail::expand_reduced(c.grad(), s, axes), false);
-      });
+  return autograd::detail::record(sum(x.value(), axes, keepdim), {&x},
+                                  [s = x.shape(), axes](const autograd::backward_context<T, B>& c) {
+                                    c.give(0, autograd::detail::expand_reduced(c.grad(), s, axes),
+                                           false);
+                                  });
 }
 /// Mean over axes (all if empty).
 template <element_type T, class B>
@@ -58,7 +59,7 @@ Variable<T, B> var(const Variable<T, B>& x, const Axes& axes = {}, bool keepdim 
         const T scale = static_cast<T>(2.0 / (static_cast<double>(count) - correction));
         const Tensor<T, B> m = mean(xv, axes, true);
         const Tensor<T, B> g = autograd::detail::expand_reduced(c.grad(), xv.shape(), axes);
-        c.give(0, map([scale](T gv, T v, T mv) { return gv * scale * (v - mv); }, g, xv, m));
+        c.give(0, map(autograd::grad_fn::var<T>{scale}, g, xv, m));
       });
 }
 /// Standard deviation over axes (sqrt of var with the same correction).
@@ -75,11 +76,10 @@ template <class T, class B>
 Variable<T, B> extreme_of(Tensor<T, B> y, const Variable<T, B>& x, const Axes& axes) {
   return record(y, {&x}, [xv = x.value(), y, axes](const backward_context<T, B>& c) {
     const Tensor<T, B> ye = expand_reduced(y, xv.shape(), axes);
-    const Tensor<T, B> hits = map([](T v, T e) { return v == e ? T(1) : T(0); }, xv, ye);
+    const Tensor<T, B> hits = map(grad_fn::hit<T>{}, xv, ye);
     const Tensor<T, B> g = expand_reduced(c.grad(), xv.shape(), axes);
     // The tie count has the keepdim shape and broadcasts over the reduced axes.
-    c.give(0, map([](T gv, T h, T n) { return h == T(0) ? T(0) : gv / n; }, g, hits,
-                  sum(hits, axes, true)));
+    c.give(0, map(grad_fn::share<T>{}, g, hits, sum(hits, axes, true)));
   });
 }
 }  // namespace autograd::detail
@@ -98,21 +98,23 @@ Variable<T, B> min(const Variable<T, B>& x, const Axes& axes = {}, bool keepdim 
 template <element_type T, class B>
 Variable<T, B> logsumexp(const Variable<T, B>& x, const Axes& axes = {}, bool keepdim = false) {
   Tensor<T, B> y = logsumexp(x.value(), axes, keepdim);
-  return autograd::detail::record(y, {&x}, [xv = x.value(), y, axes](const autograd::backward_context<T, B>& c) {
-    const Tensor<T, B> ye = autograd::detail::expand_reduced(y, xv.shape(), axes);
-    const Tensor<T, B> g = autograd::detail::expand_reduced(c.grad(), xv.shape(), axes);
-    c.give(0, map([](T gv, T v, T l) { return gv * static_cast<T>(std::exp(v - l)); }, g, xv, ye));
-  });
+  return autograd::detail::record(
+      y, {&x}, [xv = x.value(), y, axes](const autograd::backward_context<T, B>& c) {
+        const Tensor<T, B> ye = autograd::detail::expand_reduced(y, xv.shape(), axes);
+        const Tensor<T, B> g = autograd::detail::expand_reduced(c.grad(), xv.shape(), axes);
+        c.give(0, map(autograd::grad_fn::logsumexp<T>{}, g, xv, ye));
+      });
 }
 /// The 2-norm over axes (all if empty); the gradient is x / norm (0 where the norm is 0).
 template <element_type T, class B>
 Variable<T, B> norm(const Variable<T, B>& x, const Axes& axes = {}, bool keepdim = false) {
   Tensor<T, B> y = norm(x.value(), 2.0, axes, keepdim);
-  return autograd::detail::record(y, {&x}, [xv = x.value(), y, axes](const autograd::backward_context<T, B>& c) {
-    const Tensor<T, B> ye = autograd::detail::expand_reduced(y, xv.shape(), axes);
-    const Tensor<T, B> g = autograd::detail::expand_reduced(c.grad(), xv.shape(), axes);
-    c.give(0, map([](T gv, T v, T n) { return n == T(0) ? T(0) : gv * v / n; }, g, xv, ye));
-  });
+  return autograd::detail::record(
+      y, {&x}, [xv = x.value(), y, axes](const autograd::backward_context<T, B>& c) {
+        const Tensor<T, B> ye = autograd::detail::expand_reduced(y, xv.shape(), axes);
+        const Tensor<T, B> g = autograd::detail::expand_reduced(c.grad(), xv.shape(), axes);
+        c.give(0, map(autograd::grad_fn::norm<T>{}, g, xv, ye));
+      });
 }
 
 TESSERA_END_NAMESPACE

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "../autograd/conv.hpp"
+#include "../autograd/grad_fn.hpp"
 #include "../autograd/linalg.hpp"
 #include "../autograd/loss.hpp"
 #include "../autograd/shape.hpp"
@@ -69,7 +70,8 @@ class Conv2d : public Module<T, B> {
       tessera::detail::fail<shape_error>("Conv2d", "channels ", in_channels, " -> ", out_channels,
                                          " are not divisible by groups = ", opts.groups);
     weight = this->register_parameter(
-        "weight", Tensor<T, B>(Shape{out_channels, in_channels / opts.groups, kernel[0], kernel[1]}));
+        "weight",
+        Tensor<T, B>(Shape{out_channels, in_channels / opts.groups, kernel[0], kernel[1]}));
     if (with_bias) bias = this->register_parameter("bias", Tensor<T, B>(Shape{out_channels}));
     const Tensor<T, B> b = with_bias ? bias.value() : Tensor<T, B>();
     detail::default_init(weight.value(), with_bias ? &b : nullptr,
@@ -132,10 +134,11 @@ class ConvTranspose2d : public Module<T, B> {
     detail::check_positive("ConvTranspose2d", "groups", opts.groups);
     if (in_channels % opts.groups || out_channels % opts.groups)
       tessera::detail::fail<shape_error>("ConvTranspose2d", "channels ", in_channels, " -> ",
-                                         out_channels, " are not divisible by groups = ",
-                                         opts.groups);
+                                         out_channels,
+                                         " are not divisible by groups = ", opts.groups);
     weight = this->register_parameter(
-        "weight", Tensor<T, B>(Shape{in_channels, out_channels / opts.groups, kernel[0], kernel[1]}));
+        "weight",
+        Tensor<T, B>(Shape{in_channels, out_channels / opts.groups, kernel[0], kernel[1]}));
     if (with_bias) bias = this->register_parameter("bias", Tensor<T, B>(Shape{out_channels}));
     const Tensor<T, B> b = with_bias ? bias.value() : Tensor<T, B>();
     // PyTorch computes the fan from the weight's dim 1 (out / groups) for transposed convs.
@@ -179,10 +182,10 @@ class AdaptiveAvgPool2d : public Module<T, B> {
   }
 };
 
-#define TESSERA_ACTIVATION_MODULE(NAME, CALL)                                   \
-  template <class T = float, class B = default_backend>                         \
-  class NAME : public Module<T, B> {                                            \
-   public:                                                                      \
+#define TESSERA_ACTIVATION_MODULE(NAME, CALL)                                 \
+  template <class T = float, class B = default_backend>                       \
+  class NAME : public Module<T, B> {                                          \
+   public:                                                                    \
     Variable<T, B> forward(const Variable<T, B>& x) override { return CALL; } \
   };
 /// max(x, 0).
@@ -226,7 +229,7 @@ class Dropout : public Module<T, B> {
   Variable<T, B> forward(const Variable<T, B>& x) override {
     if (!this->is_training() || p == 0) return x;
     const T keep = static_cast<T>(1 - p), scale = p == 1 ? T(0) : static_cast<T>(1 / (1 - p));
-    const Tensor<T, B> mask = map([keep, scale](T u) { return u < keep ? scale : T(0); },
+    const Tensor<T, B> mask = map(autograd::grad_fn::dropout_mask<T>{keep, scale},
                                   rand<T, B>(x.shape(), default_generator()));
     return x * mask;
   }
@@ -239,8 +242,8 @@ class Sequential : public Module<T, B> {
  public:
   Sequential() = default;
   template <class M, class... Rest>
-  requires(!std::is_same_v<std::remove_cvref_t<M>, Sequential>)
-  explicit Sequential(M first, Rest... rest) {
+  requires(!std::is_same_v<std::remove_cvref_t<M>, Sequential>) explicit Sequential(M first,
+                                                                                    Rest... rest) {
     push_back(std::move(first));
     (push_back(std::move(rest)), ...);
   }

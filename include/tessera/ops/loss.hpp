@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cmath>
+#include <limits>
 
 #include "../backend/cpu/parallel.hpp"
 #include "activation.hpp"
@@ -184,6 +185,29 @@ Tensor<T, B> loss_grad_column(const Tensor<T, B>& grad_loss, bool per_sample, do
   return per_sample ? g.reshape({grad_loss.numel(), 1}) : g.reshape({1, 1});
 }
 
+/// Per-sample cross-entropy [N] of checked logits and labels, and the rows' logsumexp in lse
+/// (kept by autograd for the backward pass): the fused row loop on the CPU, composed ops
+/// elsewhere.
+template <class T, class B>
+Tensor<T, B> cross_entropy_samples(const Tensor<T, B>& logits, const Tensor<int64_t, B>& labels,
+                                   const CrossEntropyOptions& o, Tensor<T, B>& lse) {
+  const int64_t n = logits.shape()[0], c = logits.shape()[1];
+  Tensor<T, B> loss(Shape{n});
+  if constexpr (backend::memory<B>::host_accessible) {
+    lse = Tensor<T, B>(Shape{n});
+    cross_entropy_rows(logits, labels, o, loss, lse);
+  } else if (c == 0) {
+    loss.fill_(T(0));
+    lse = full<T, B>(Shape{n}, -std::numeric_limits<T>::infinity());
+  } else {
+    lse = logsumexp(logits, {1});
+    const cross_entropy_sample<T> f{o.ignore_index, 1.0 - o.label_smoothing,
+                                    o.label_smoothing / static_cast<double>(c)};
+    loss = map(f, lse, picked_scores(logits, labels), sum(logits, {1}), labels);
+  }
+  return loss;
+}
+
 /// Combines per-sample losses by the reduction (mean over `count` samples).
 template <class T, class B>
 Tensor<T, B> reduce_loss(const Tensor<T, B>& per_sample, Reduction r, int64_t count) {
@@ -209,19 +233,8 @@ Tensor<T, B> cross_entropy(const Tensor<T, B>& logits, const Tensor<int64_t, B>&
   if (!(opts.label_smoothing >= 0 && opts.label_smoothing <= 1))
     detail::fail<error>("cross_entropy", "label_smoothing = ", opts.label_smoothing,
                         " is outside [0, 1]");
-  const int64_t n = logits.shape()[0], c = logits.shape()[1];
-  Tensor<T, B> loss(Shape{n});
-  if constexpr (backend::memory<B>::host_accessible) {
-    Tensor<T, B> lse(Shape{n});
-    detail::cross_entropy_rows(logits, labels, opts, loss, lse);
-  } else if (c == 0) {
-    loss.fill_(T(0));
-  } else {
-    const detail::cross_entropy_sample<T> f{opts.ignore_index, 1.0 - opts.label_smoothing,
-                                            opts.label_smoothing / static_cast<double>(c)};
-    loss = map(f, logsumexp(logits, {1}), detail::picked_scores(logits, labels), sum(logits, {1}),
-               labels);
-  }
+  Tensor<T, B> lse;
+  const Tensor<T, B> loss = detail::cross_entropy_samples(logits, labels, opts, lse);
   return detail::reduce_loss(loss, opts.reduction,
                              detail::counted_samples(labels, opts.ignore_index));
 }

@@ -59,7 +59,9 @@ void cuda_launch(const char* what, void (*kernel)(P...), dim3 grid, dim3 block, 
 #if defined(TESSERA_CUDA_HOST_EMULATION)
   tessera_cuda_emulation::launch(what, grid, block, [&] { kernel(args...); });
 #else
-  kernel<<<grid, block, 0, cuda_stream()> > >(std::forward<A>(args)...);
+  // clang-format off (it reads a .hpp as C++, where >>> is not one token)
+  kernel<<<grid, block, 0, cuda_stream()>>>(std::forward<A>(args)...);
+  // clang-format on
 #endif
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     fail<backend_error>("cuda", "launch of ", what, " failed: ", cudaGetErrorName(e), ": ",
