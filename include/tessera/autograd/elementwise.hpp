@@ -41,13 +41,14 @@ V relu_grad_pack(V g, V y) {
 }
 }  // namespace autograd::detail
 
-// Derivative functors, g = incoming gradient: simd where the body is plain arithmetic.
+// Derivative functors, g = incoming gradient: simd where the body is plain arithmetic; host-device
+// so that autograd's backward runs on CUDA tensors (the SIMD packs are host-only).
 namespace fn::grad {
 /// g * (y > 0), from relu's output y.
 struct relu {
   static constexpr bool simd = true;
   template <arith T>
-  T operator()(T g, T y) const {
+  TESSERA_HOST_DEVICE T operator()(T g, T y) const {
     return y > T(0) ? g : T(0);
   }
   template <class V>
@@ -58,63 +59,72 @@ struct relu {
 /// g * y * (1 - y), from sigmoid's output y.
 struct sigmoid {
   static constexpr bool simd = true;
+  TESSERA_HD_EXEC_CHECK_DISABLE
   template <class T>
-  T operator()(T g, T y) const {
+  TESSERA_HOST_DEVICE T operator()(T g, T y) const {
     return g * y * (1 - y);
   }
 };
 /// g * (1 - y^2), from tanh's output y.
 struct tanh {
   static constexpr bool simd = true;
+  TESSERA_HD_EXEC_CHECK_DISABLE
   template <class T>
-  T operator()(T g, T y) const {
+  TESSERA_HOST_DEVICE T operator()(T g, T y) const {
     return g * (1 - y * y);
   }
 };
 /// g / (2 y), from sqrt's output y.
 struct sqrt {
   static constexpr bool simd = true;
+  TESSERA_HD_EXEC_CHECK_DISABLE
   template <class T>
-  T operator()(T g, T y) const {
+  TESSERA_HOST_DEVICE T operator()(T g, T y) const {
     return g / (y + y);
   }
 };
 /// -g y^3 / 2, from rsqrt's output y.
 struct rsqrt {
   static constexpr bool simd = true;
+  TESSERA_HD_EXEC_CHECK_DISABLE
   template <class T>
-  T operator()(T g, T y) const {
+  TESSERA_HOST_DEVICE T operator()(T g, T y) const {
     return g * y * y * y * -0.5;
   }
 };
 /// -g a / b^2 (the divisor's gradient of a / b).
 struct div_rhs {
   static constexpr bool simd = true;
+  TESSERA_HD_EXEC_CHECK_DISABLE
   template <class T>
-  T operator()(T g, T a, T b) const {
+  TESSERA_HOST_DEVICE T operator()(T g, T a, T b) const {
     return -(g * a) / (b * b);
   }
 };
 /// g * sign(x) (0 at 0, NaN stays NaN).
 struct abs {
+  TESSERA_HD_EXEC_CHECK_DISABLE
   template <class T>
-  T operator()(T g, T x) const {
+  TESSERA_HOST_DEVICE T operator()(T g, T x) const {
     return x > T(0) ? g : (x < T(0) ? T(-g) : (x != x ? x : T(0)));
   }
 };
 /// g * d/dx [x Phi(x)] = g * (Phi(x) + x phi(x)), exact GELU.
 struct gelu {
+  TESSERA_HD_EXEC_CHECK_DISABLE
   template <class T>
-  T operator()(T g, T x) const {
-    const T cdf = T(0.5) * (T(1) + std::erf(x * T(0.70710678118654752440)));
-    const T pdf = T(0.39894228040143267794) * std::exp(T(-0.5) * x * x);
+  TESSERA_HOST_DEVICE T operator()(T g, T x) const {
+    using std::erf, std::exp;  // unqualified: CUDA's device overloads are global
+    const T cdf = T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)));
+    const T pdf = T(0.39894228040143267794) * exp(T(-0.5) * x * x);
     return g * (cdf + x * pdf);
   }
 };
 /// Gradient of maximum(a, b) for input a (ties share it equally, as PyTorch does).
 struct max_lhs {
+  TESSERA_HD_EXEC_CHECK_DISABLE
   template <class T>
-  T operator()(T g, T a, T b) const {
+  TESSERA_HOST_DEVICE T operator()(T g, T a, T b) const {
     return a > b ? g : (a == b ? T(g * T(0.5)) : T(0));
   }
 };
