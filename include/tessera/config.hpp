@@ -29,6 +29,23 @@
 #define TESSERA_NOINLINE __attribute__((noinline))
 #endif
 
+#define TESSERA_PRAGMA(text) _Pragma(#text)
+// Unroll hint for the CPU kernels' fixed-trip loops. nvcc's front end does not know GCC's
+// spelling and would warn at every use in a .cu file that includes the CPU backend, so there the
+// hint is left out (the host compiler still unrolls such short constant loops at -O3).
+#if defined(__GNUC__) && !defined(__CUDACC__)
+#define TESSERA_UNROLL(n) TESSERA_PRAGMA(GCC unroll n)
+#else
+#define TESSERA_UNROLL(n)
+#endif
+// `#pragma omp simd ...` only where OpenMP is on (or where the build says -fopenmp-simd is, with
+// TESSERA_OPENMP_SIMD): elsewhere -Wall would warn at every use.
+#if defined(_OPENMP) || defined(TESSERA_OPENMP_SIMD)
+#define TESSERA_OMP_SIMD(clauses) TESSERA_PRAGMA(omp simd clauses)
+#else
+#define TESSERA_OMP_SIMD(clauses)
+#endif
+
 // The default backend is a build option. Everything that depends on build options lives in an
 // inline namespace whose name spells them, so two translation units built with different options
 // fail to link instead of silently disagreeing (the Eigen macro pitfall).

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "../backend/cpu/memory.hpp"
 #include "reduce.hpp"
 
 TESSERA_BEGIN_NAMESPACE

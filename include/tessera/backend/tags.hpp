@@ -2,6 +2,7 @@
 // templates each backend specialises.
 #pragma once
 
+#include <concepts>
 #include <cstddef>
 #include <type_traits>
 
@@ -25,7 +26,8 @@ inline constexpr bool always_false = false;
 template <class B>
 struct memory {
   static_assert(always_false<B>,
-                "tessera: no memory<B> specialisation for this backend (for tessera::cuda, include "
+                "tessera: no memory<B> specialisation for this backend (tessera::cpu: include "
+                "<tessera/backend/cpu/memory.hpp> or <tessera/tessera.hpp>; tessera::cuda: include "
                 "<tessera/cuda.hpp> and compile with nvcc)");
 };
 

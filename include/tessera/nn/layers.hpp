@@ -27,9 +27,6 @@ void default_init(const Tensor<T, B>& w, const Tensor<T, B>* bias, int64_t fan_i
     init::uniform_(*bias, -bound, bound);
   }
 }
-inline void check_positive(std::string_view op, const char* what, int64_t v) {
-  if (v <= 0) tessera::detail::fail<shape_error>(op, what, " must be positive, got ", v);
-}
 }  // namespace detail
 
 /// y = x · weightᵀ + bias; weight [out, in], bias [out]. Input [..., in].

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -25,6 +26,10 @@ struct module_state {
   std::vector<std::pair<std::string, std::shared_ptr<module_state>>> children;
   bool training = true;
 };
+/// A layer's size argument (features, channels, kernel size) must be positive.
+inline void check_positive(std::string_view op, const char* what, int64_t v) {
+  if (v <= 0) tessera::detail::fail<shape_error>(op, what, " must be positive, got ", v);
+}
 }  // namespace detail
 
 /// Base class of layers and models. A Module is a handle, like Tensor and Variable: copies share
@@ -114,7 +119,8 @@ class Module {
   /// Training mode (the default) or evaluation mode, for this module and its submodules: Dropout
   /// and BatchNorm behave differently in the two.
   void train(bool on = true) {
-    collect(*state_, "", [&](const std::string&, detail::module_state<T, B>& s) { s.training = on; });
+    collect(*state_, "",
+            [&](const std::string&, detail::module_state<T, B>& s) { s.training = on; });
   }
   void eval() { train(false); }
   bool is_training() const { return state_->training; }

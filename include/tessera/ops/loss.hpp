@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 
+#include "../backend/cpu/memory.hpp"
 #include "../backend/cpu/parallel.hpp"
 #include "activation.hpp"
 

@@ -198,7 +198,8 @@ void conv_lower_tile(const conv_geometry& g, const TX* x, int64_t p0, int64_t co
     const int64_t oh0 = p0 / g.wo, oh1 = (p0 + cols - 1) / g.wo + 1, Q = g.cg() * g.taps();
     // A run starting at column ow0 loads whole vectors up to wo + width - 2.
     const int64_t wo_cover = g.wo + width;
-    const padded_rows<D> xp = conv_padded_rows_for<D, conv_buffer::lowering>(g, x, oh0, oh1, wo_cover);
+    const padded_rows<D> xp =
+        conv_padded_rows_for<D, conv_buffer::lowering>(g, x, oh0, oh1, wo_cover);
     static thread_local std::vector<int64_t> off;
     off.resize(static_cast<size_t>(Q));
     xp.tap_offsets(g, g.cg(), off.data());
@@ -526,17 +527,17 @@ void conv_bias_backward_cpu(const conv_bias_backward_problem<T>& p) {
           const int64_t i1 = std::min(p.plane, i0 + block);
           T s = 0;
           if (y && out) {
-#pragma omp simd reduction(+ : s)
+            TESSERA_OMP_SIMD(reduction(+ : s))
             for (int64_t i = i0; i < i1; ++i) {
               const T g = y[i] > T(0) ? dy[i] : T(0);
               out[i] = g;
               s += g;
             }
           } else if (y) {
-#pragma omp simd reduction(+ : s)
+            TESSERA_OMP_SIMD(reduction(+ : s))
             for (int64_t i = i0; i < i1; ++i) s += y[i] > T(0) ? dy[i] : T(0);
           } else {
-#pragma omp simd reduction(+ : s)
+            TESSERA_OMP_SIMD(reduction(+ : s))
             for (int64_t i = i0; i < i1; ++i) s += dy[i];
             if (out) std::copy(dy + i0, dy + i1, out + i0);
           }

@@ -51,7 +51,7 @@ void map_row_streamed(const F& f, Out* o, int64_t len, std::index_sequence<K...>
   int64_t i = 0;
   for (; i < len && misaligned_for_stream(o + i); ++i) o[i] = static_cast<Out>(f(p[i]...));
   for (; i + block <= len; i += block) {
-#pragma omp simd
+    TESSERA_OMP_SIMD()
     for (int j = 0; j < block; ++j) buf[j] = static_cast<Out>(f(p[i + j]...));
     for (int j = 0; j < block; j += V::width) V::load(buf + j).stream(o + i + j);
   }
@@ -87,7 +87,7 @@ void map_row(const F& f, Out* o, int64_t so, const int64_t* s, int64_t len, bool
     if constexpr (simd::available<Out>) {
       if (stream) return map_row_streamed<Out>(f, o, len, seq, p...);
     }
-#pragma omp simd
+    TESSERA_OMP_SIMD()
     for (int64_t i = 0; i < len; ++i) o[i] = static_cast<Out>(f(p[i]...));
   } else {
     for (int64_t i = 0; i < len; ++i) o[i * so] = static_cast<Out>(f(p[i * s[K]]...));

@@ -233,7 +233,7 @@ void reduce_columns(const R& red, const In* p, int64_t ncols, int64_t tile, cons
           t /= n.shape[d];
         }
         const In* q = p + off + c0;
-#pragma omp simd
+        TESSERA_OMP_SIMD()
         for (int64_t j = 0; j < w; ++j) part[j] = red.step(part[j], q[j], r);
       }
       if (nblocks == 1) break;

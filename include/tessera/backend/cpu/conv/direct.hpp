@@ -111,12 +111,12 @@ void conv_direct_rows(const conv_geometry& g, const padded_rows<Acc>& xp, const 
       for (int64_t t = 0; t < taps; ++t) {
         const Acc* src = base + off[t] + ow;
         V xv[NV];
-#pragma GCC unroll 4
+        TESSERA_UNROLL(4)
         for (int v = 0; v < NV; ++v) xv[v] = V::load(src + v * W);
-#pragma GCC unroll 8
+        TESSERA_UNROLL(8)
         for (int kb = 0; kb < KB; ++kb) {
           const V wv = V::broadcast(w[kb * taps + t]);
-#pragma GCC unroll 4
+          TESSERA_UNROLL(4)
           for (int v = 0; v < NV; ++v) acc[kb][v] = fma(wv, xv[v], acc[kb][v]);
         }
       }
@@ -160,12 +160,12 @@ void conv_direct_weight_taps(const conv_geometry& g, const padded_rows<Acc>& xp,
     const Acc* d = dy + (oh - oh0) * ld;
     for (int64_t ow = 0; ow < full; ow += W) {
       const V dv = V::load(d + ow);
-#pragma GCC unroll 9
+      TESSERA_UNROLL(9)
       for (int jb = 0; jb < JB; ++jb) acc[jb] = fma(dv, V::load(base + off[jb] + ow), acc[jb]);
     }
     if (full < g.wo) {
       const V dv = V::load(d + full);
-#pragma GCC unroll 9
+      TESSERA_UNROLL(9)
       for (int jb = 0; jb < JB; ++jb)
         acc[jb] = fma(dv, simd::select(tail, V::load(base + off[jb] + full), zero), acc[jb]);
     }

@@ -191,7 +191,7 @@ void col2im_tile_add(const conv_geometry& g, const Acc* tile, int64_t ld, int64_
         v.lo = std::clamp(v.lo, ow0, ow1), v.hi = std::clamp(v.hi, v.lo, ow1);
         Acc* dst = row + off;
         if (g.stride_w == 1) {
-#pragma omp simd
+          TESSERA_OMP_SIMD()
           for (int64_t ow = v.lo; ow < v.hi; ++ow) dst[ow] += src[ow];
         } else {
           for (int64_t ow = v.lo; ow < v.hi; ++ow) dst[ow * g.stride_w] += src[ow];

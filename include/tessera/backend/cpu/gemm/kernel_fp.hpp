@@ -54,18 +54,19 @@ TESSERA_NOINLINE void gemm_micro_fp(int64_t kc, const T* __restrict a, const T* 
         for (int j = 0; j < NR; j += 64 / static_cast<int>(sizeof(T)))
           __builtin_prefetch(c + i * c_rs + j, 1);
     V acc[MR][NV];
-#pragma GCC unroll 32
-    for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
+    TESSERA_UNROLL(32)
+    for (int i = 0; i < MR; ++i) {
+      TESSERA_UNROLL(4)
       for (int j = 0; j < NV; ++j) acc[i][j] = V::broadcast(T(0));
+    }
     for (int64_t p = 0; p < kc; ++p) {
       V bv[NV];
-#pragma GCC unroll 4
+      TESSERA_UNROLL(4)
       for (int j = 0; j < NV; ++j) bv[j] = V::load(b + j * W);
-#pragma GCC unroll 32
+      TESSERA_UNROLL(32)
       for (int i = 0; i < MR; ++i) {
         const V av = V::broadcast(a_at(i));
-#pragma GCC unroll 4
+        TESSERA_UNROLL(4)
         for (int j = 0; j < NV; ++j) acc[i][j] = fma(av, bv[j], acc[i][j]);
       }
       a += a_step;
@@ -74,9 +75,9 @@ TESSERA_NOINLINE void gemm_micro_fp(int64_t kc, const T* __restrict a, const T* 
     const bool vector_bias = ep.bias_kind != gemm_bias::per_col || ep.bias_stride == 1;
     if (mr_eff == MR && nr_eff == NR && c_cs == 1 && vector_bias) {
       const V alpha = V::broadcast(ep.alpha), beta = V::broadcast(ep.beta);
-#pragma GCC unroll 32
-      for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
+      TESSERA_UNROLL(32)
+      for (int i = 0; i < MR; ++i) {
+        TESSERA_UNROLL(4)
         for (int j = 0; j < NV; ++j) {
           T* out = c + i * c_rs + j * W;
           V v = acc[i][j] * alpha;
@@ -88,13 +89,15 @@ TESSERA_NOINLINE void gemm_micro_fp(int64_t kc, const T* __restrict a, const T* 
           if (ep.relu) v = relu(v);
           v.store(out);
         }
+      }
       return;
     }
     alignas(64) T buf[MR * NR];
-#pragma GCC unroll 32
-    for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
+    TESSERA_UNROLL(32)
+    for (int i = 0; i < MR; ++i) {
+      TESSERA_UNROLL(4)
       for (int j = 0; j < NV; ++j) acc[i][j].store(buf + i * NR + j * W);
+    }
     gemm_store_tile(buf, NR, mr_eff, nr_eff, c, c_rs, c_cs, ep, i0, j0);
   } else {
     T acc[MR][NR] = {};

@@ -104,18 +104,19 @@ TESSERA_NOINLINE inline void gemm_micro_int8(int64_t kc, const uint8_t* __restri
   constexpr int NV = NR / isa::lanes;
   static_assert(NR % isa::lanes == 0);
   reg acc[MR][NV];
-#pragma GCC unroll 32
-  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
+  TESSERA_UNROLL(32)
+  for (int i = 0; i < MR; ++i) {
+    TESSERA_UNROLL(4)
     for (int j = 0; j < NV; ++j) acc[i][j] = isa::zero();
+  }
   for (int64_t g = 0; g < groups; ++g) {
     reg bv[NV];
-#pragma GCC unroll 4
+    TESSERA_UNROLL(4)
     for (int j = 0; j < NV; ++j) bv[j] = isa::load(b + j * isa::lanes * 4);
-#pragma GCC unroll 32
+    TESSERA_UNROLL(32)
     for (int i = 0; i < MR; ++i) {
       const reg av = isa::broadcast4(a + i * 4);
-#pragma GCC unroll 4
+      TESSERA_UNROLL(4)
       for (int j = 0; j < NV; ++j) acc[i][j] = isa::dot4(acc[i][j], av, bv[j]);
     }
     a += MR * 4;
@@ -126,12 +127,12 @@ TESSERA_NOINLINE inline void gemm_micro_int8(int64_t kc, const uint8_t* __restri
     // Whole tile: corrections and epilogue in registers (wrapping int32 arithmetic).
     const reg alpha = isa::set1(ep.alpha), beta = isa::set1(ep.beta);
     reg colc[NV];
-#pragma GCC unroll 4
+    TESSERA_UNROLL(4)
     for (int j = 0; j < NV; ++j) colc[j] = isa::load32(col_corr + j * isa::lanes);
-#pragma GCC unroll 32
+    TESSERA_UNROLL(32)
     for (int i = 0; i < MR; ++i) {
       const reg rowc = isa::set1(row_corr[i]);
-#pragma GCC unroll 4
+      TESSERA_UNROLL(4)
       for (int j = 0; j < NV; ++j) {
         int32_t* out = c + i * c_rs + j * isa::lanes;
         reg v = isa::add(acc[i][j], isa::add(rowc, colc[j]));
@@ -148,10 +149,11 @@ TESSERA_NOINLINE inline void gemm_micro_int8(int64_t kc, const uint8_t* __restri
     }
     return;
   }
-#pragma GCC unroll 32
-  for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 4
+  TESSERA_UNROLL(32)
+  for (int i = 0; i < MR; ++i) {
+    TESSERA_UNROLL(4)
     for (int j = 0; j < NV; ++j) isa::store(buf + i * NR + j * isa::lanes, acc[i][j]);
+  }
 #else
   for (int t = 0; t < MR * NR; ++t) buf[t] = 0;
   for (int64_t g = 0; g < groups; ++g) {

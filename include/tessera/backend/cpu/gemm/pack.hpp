@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "../../../core/bfloat16.hpp"
+#include "../../../core/dtype.hpp"
 #include "../../../core/float8.hpp"
 #include "../../../core/half.hpp"
 #include "blocking.hpp"
@@ -94,9 +95,9 @@ inline constexpr bool vector_convertible_v = std::is_same_v<P, float> &&
 /// rows are ld_dst apart.
 TESSERA_ALWAYS_INLINE void transpose_8x8(const float* src, int64_t ld, float* dst, int64_t ld_dst) {
   __m256 r[8], t[8], q[8];
-#pragma GCC unroll 8
+  TESSERA_UNROLL(8)
   for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ld);
-#pragma GCC unroll 4
+  TESSERA_UNROLL(4)
   for (int i = 0; i < 8; i += 2) {
     t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);      // k0 k1 | k4 k5 of rows i, i+1
     t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);  // k2 k3 | k6 k7
@@ -107,7 +108,7 @@ TESSERA_ALWAYS_INLINE void transpose_8x8(const float* src, int64_t ld, float* ds
     q[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0x44);  // k2 | k6
     q[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0xee);  // k3 | k7
   }
-#pragma GCC unroll 4
+  TESSERA_UNROLL(4)
   for (int j = 0; j < 4; ++j) {
     _mm256_storeu_ps(dst + j * ld_dst, _mm256_permute2f128_ps(q[j], q[j + 4], 0x20));
     _mm256_storeu_ps(dst + (j + 4) * ld_dst, _mm256_permute2f128_ps(q[j], q[j + 4], 0x31));
@@ -130,14 +131,15 @@ void pack_panels(const S* src, int64_t ls, int64_t ks, int64_t lines, int64_t kb
       using V = simd::vec<P>;
       if constexpr (W % V::width == 0) {
         if (ls == 1 && count == W) {
-          for (int64_t p = 0; p < kb; ++p)
-#pragma GCC unroll 4
+          for (int64_t p = 0; p < kb; ++p) {
+            TESSERA_UNROLL(4)
             for (int j = 0; j < W; j += V::width) {
               if constexpr (std::is_same_v<S, P>)
                 V::load(src + p * ks + j).store(dst + p * W + j);
               else
                 load_as_float(src + p * ks + j).store(dst + p * W + j);
             }
+          }
           continue;
         }
       }
@@ -230,7 +232,7 @@ void pack_b_int8(const S* b, int64_t rs, int64_t cs, int64_t kb, int64_t nb, int
       for (int q = 0; q < 4; ++q) {
         const S* row = b + (p0 + q) * rs + c0 * cs;
         if (q < q_end && cols == NR && cs == 1) {
-#pragma GCC unroll 4
+          TESSERA_UNROLL(4)
           for (int j = 0; j < NR; ++j) {
             const auto v = static_cast<int8_t>(static_cast<int32_t>(row[j]) - int8_b_bias<S>);
             out[j * 4 + q] = v;
