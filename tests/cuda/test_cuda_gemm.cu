@@ -74,6 +74,38 @@ TYPED_TEST(CudaGemm, LinearWithBias) {
       [](const auto& a, const auto& b, const auto& c) { return ts::linear(a, b, c); }, x, w, bias);
 }
 
+// Random normals (not small integers): the tensor-core path (16-bit inputs, float accumulation
+// in a hardware-fixed order) must agree with the CPU's float accumulation to within the
+// rounding of the stored result plus float-sum noise, at a depth where a wrong k-tile or a lost
+// tail would be far outside that.
+template <class T>
+class CudaGemm16 : public CudaFixture {};
+using Gemm16Dtypes = ::testing::Types<ts::half, ts::bfloat16>;
+TYPED_TEST_SUITE(CudaGemm16, Gemm16Dtypes);
+
+TYPED_TEST(CudaGemm16, RandomInputsAgreeWithinRounding) {
+  using T = TypeParam;
+  const int64_t k = 700;
+  const auto a = sample<T>({257, k}, 61), b = sample<T>({k, 130}, 62);
+  const double atol = 1e-5 * k;  // float sums of k products of size ~1
+  expect_same(
+      "random matmul", ulps2<T>(), atol,
+      [](const auto& x, const auto& y) { return ts::matmul(x, y); }, a, b);
+  expect_same(
+      "random matmul a^T b^T", ulps2<T>(), atol,
+      [](const auto& x, const auto& y) {
+        return ts::matmul(x.transpose(0, 1).contiguous().transpose(0, 1),
+                          y.transpose(0, 1).contiguous().transpose(0, 1));
+      },
+      a, b);
+  const auto c0 = sample<T>({257, 130}, 63);
+  auto host = c0.clone();
+  ts::gemm(0.5, a, b, -2.0, host);
+  auto dev = c0.template to<ts::cuda>();
+  ts::gemm(0.5, a.template to<ts::cuda>(), b.template to<ts::cuda>(), -2.0, dev);
+  expect_close(dev.template to<ts::cpu>(), host, ulps2<T>(), atol, "random gemm alpha beta");
+}
+
 class CudaGemmOps : public CudaFixture {};
 
 TEST_F(CudaGemmOps, Int8AccumulatesExactlyInInt32) {

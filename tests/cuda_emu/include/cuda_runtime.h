@@ -69,6 +69,7 @@
 // Blocks run one at a time, so one static object per kernel instantiation serves as every
 // block's shared memory (it is zero at the first launch; on a GPU it is undefined).
 #define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
 
 struct uint3 {
   unsigned int x, y, z;
@@ -316,6 +317,9 @@ inline void launch(const char* what, dim3 grid, dim3 block, const std::function<
 }  // namespace tessera_cuda_emulation
 
 #define __syncthreads() ::tessera_cuda_emulation::sync_threads(__FILE__, __LINE__)
+// A warp barrier, modelled as the block's: stricter than a GPU (every warp must reach the same
+// __syncwarp), which the kernels that use it satisfy.
+#define __syncwarp(...) ::tessera_cuda_emulation::sync_threads(__FILE__, __LINE__)
 
 // ---------------------------------------------------------------------------------------------
 // Runtime API.
@@ -388,6 +392,19 @@ inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int d) {
       return cudaSuccess;
   }
   return tessera_cuda_emulation::record(cudaErrorInvalidValue);
+}
+/// What the runtime reports about a compiled kernel: the architecture of its machine code and the
+/// virtual architecture it was compiled for (here every kernel "runs" as sm_90, so
+/// architecture-gated paths are taken).
+struct cudaFuncAttributes {
+  int binaryVersion;
+  int ptxVersion;
+};
+template <class F>
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, F*) {
+  a->binaryVersion = 90;
+  a->ptxVersion = 90;
+  return cudaSuccess;
 }
 inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }

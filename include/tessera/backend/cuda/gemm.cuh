@@ -8,8 +8,8 @@
 // current one is multiplied (two shared buffers, one barrier per step). Loads follow whichever
 // of the operand's strides is 1, so row- and column-major operands (transposes as views) both
 // read whole 32-byte sectors per warp. Accumulation is in Acc in a fixed order (k ascending),
-// so a result does not depend on the launch geometry. Tensor-core paths (mma.sync, wgmma) are
-// not written yet: see docs/cuda.md.
+// so a result does not depend on the launch geometry. 16- and 8-bit float inputs run on the
+// tensor cores instead where the code was built for sm_80 or newer (gemm_tc.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -21,6 +21,8 @@
 #include "../../core/dtype.hpp"
 #include "../../detail/gemm_problem.hpp"
 #include "error.hpp"
+#include "gemm_args.cuh"
+#include "gemm_tc.cuh"
 #include "launch.hpp"
 #include "memory.hpp"
 
@@ -29,27 +31,6 @@ namespace detail {
 
 inline constexpr int cuda_gemm_bm = 128, cuda_gemm_bn = 128, cuda_gemm_bk = 8;
 inline constexpr int cuda_gemm_threads = 256;
-
-/// A gemm_problem as the kernel reads it: the same fields, with the batch offsets in device
-/// memory (null: all 0).
-template <class TA, class TB, class Acc>
-struct cuda_gemm_args {
-  int64_t m, n, k;
-  const TA* a;
-  int64_t a_rs, a_cs;
-  const TB* b;
-  int64_t b_rs, b_cs;
-  Acc* c;
-  int64_t c_rs, c_cs;
-  Acc alpha, beta;
-  const Acc* bias;
-  int64_t bias_stride;
-  gemm_bias bias_kind;
-  bool relu;
-  const int64_t* a_off;  // device arrays of `batch` offsets, or null
-  const int64_t* b_off;
-  const int64_t* c_off;
-};
 
 /// An input element in the accumulation type (low-precision floats through float).
 template <class Acc, class T>
@@ -235,6 +216,18 @@ struct gemm_kernel<cuda> {
                                 " exceeds the CUDA grid (at most 65535 * 128 rows)");
     const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy),
                     static_cast<unsigned>(pr.batch < 65535 ? pr.batch : 65535));
+    using In = typename detail::cuda_tc_input<TA, TB, Acc>::type;
+    if constexpr (!std::is_void_v<In>) {
+      static_assert(detail::cuda_tc_bm == detail::cuda_gemm_bm &&
+                    detail::cuda_tc_bn == detail::cuda_gemm_bn);  // the same grid
+      // Once per kernel (not per device: a process is assumed to see one GPU generation).
+      static const bool tensor_cores = detail::cuda_built_for(detail::cuda_gemm_tc<In, TA, TB>, 80);
+      if (tensor_cores) {
+        detail::cuda_launch("cuda_gemm_tc", detail::cuda_gemm_tc<In, TA, TB>, grid,
+                            dim3(detail::cuda_tc_threads), p, pr.batch);
+        return;
+      }
+    }
     detail::cuda_launch("cuda_gemm_simt", detail::cuda_gemm_simt<TA, TB, Acc>, grid,
                         dim3(detail::cuda_gemm_threads), p, pr.batch);
   }
