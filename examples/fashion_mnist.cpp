@@ -2,12 +2,15 @@
 // SGD, prints a progress bar per epoch and the test accuracy, then saves the model as a NumPy
 // .npz checkpoint, reloads it into a fresh model and checks that it predicts the same.
 //
-//   fashion_mnist [--model cnn|mlp] [--epochs N] [--batch B] [--lr L] [--threads T]
-//                 [--data DIR] [--save FILE] [--eval FILE] [--seed S]
+//   fashion_mnist [--model cnn|mlp] [--device cpu|cuda] [--epochs N] [--batch B] [--lr L]
+//                 [--threads T] [--data DIR] [--save FILE] [--eval FILE] [--seed S] [--limit N]
 //
-// Defaults: cnn, 2 epochs, batch 64, lr 0.05 (SGD, momentum 0.9), 2 threads, the data in
+// Defaults: cnn, cpu, 2 epochs, batch 64, lr 0.05 (SGD, momentum 0.9), 2 threads, the data in
 // $TESSERA_FASHION_MNIST_DIR or /usr/share/datasets/fashion-mnist, checkpoint
 // fashion_mnist_<model>.npz. --eval FILE only loads FILE and reports its test accuracy.
+// --device cuda trains on the GPU: it needs the build of this file by nvcc (fashion_mnist_cuda,
+// built when CMake runs with -DTESSERA_ENABLE_CUDA=ON). --limit N uses only the first N training
+// and N test images.
 #include <unistd.h>
 
 #include <chrono>
@@ -20,6 +23,12 @@
 #include <tessera/nn.hpp>
 #include <tessera/optim.hpp>
 #include <tessera/tessera.hpp>
+#include <type_traits>
+
+#if defined(__CUDACC__) || defined(TESSERA_CUDA_HOST_EMULATION)
+#include <tessera/cuda.hpp>
+#define FASHION_MNIST_CUDA 1
+#endif
 
 namespace ts = tessera;
 using clock_type = std::chrono::steady_clock;
@@ -28,18 +37,21 @@ namespace {
 
 struct Args {
   std::string model = "cnn";
+  std::string device = "cpu";
   int epochs = 2;
   int64_t batch = 64;
   double lr = 0.05;
   int threads = 2;
   std::string data, save, eval;
   uint64_t seed = 1;
+  int64_t limit = 0;  // 0: every image
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::cerr << "fashion_mnist: " << why << "\n"
-            << "usage: fashion_mnist [--model cnn|mlp] [--epochs N] [--batch B] [--lr L] "
-               "[--threads T] [--data DIR] [--save FILE] [--eval FILE] [--seed S]\n";
+            << "usage: fashion_mnist [--model cnn|mlp] [--device cpu|cuda] [--epochs N] "
+               "[--batch B] [--lr L] [--threads T] [--data DIR] [--save FILE] [--eval FILE] "
+               "[--seed S] [--limit N]\n";
   std::exit(2);
 }
 
@@ -51,43 +63,81 @@ Args parse(int argc, char** argv) {
     if (i + 1 >= argc) usage("missing value after " + k);
     const std::string v = argv[++i];
     try {
-      if (k == "--model") a.model = v;
-      else if (k == "--epochs") a.epochs = std::stoi(v);
-      else if (k == "--batch") a.batch = std::stoll(v);
-      else if (k == "--lr") a.lr = std::stod(v);
-      else if (k == "--threads") a.threads = std::stoi(v);
-      else if (k == "--data") a.data = v;
-      else if (k == "--save") a.save = v;
-      else if (k == "--eval") a.eval = v;
-      else if (k == "--seed") a.seed = std::stoull(v);
-      else usage("unknown option " + k);
+      if (k == "--model")
+        a.model = v;
+      else if (k == "--device")
+        a.device = v;
+      else if (k == "--limit")
+        a.limit = std::stoll(v);
+      else if (k == "--epochs")
+        a.epochs = std::stoi(v);
+      else if (k == "--batch")
+        a.batch = std::stoll(v);
+      else if (k == "--lr")
+        a.lr = std::stod(v);
+      else if (k == "--threads")
+        a.threads = std::stoi(v);
+      else if (k == "--data")
+        a.data = v;
+      else if (k == "--save")
+        a.save = v;
+      else if (k == "--eval")
+        a.eval = v;
+      else if (k == "--seed")
+        a.seed = std::stoull(v);
+      else
+        usage("unknown option " + k);
     } catch (const std::logic_error&) {
       usage("bad value '" + v + "' for " + k);
     }
   }
   if (a.model != "cnn" && a.model != "mlp") usage("--model is cnn or mlp, not " + a.model);
-  if (a.epochs < 0 || a.batch < 1 || !(a.lr > 0) || a.threads < 1) usage("bad numeric option");
+  if (a.device != "cpu" && a.device != "cuda") usage("--device is cpu or cuda, not " + a.device);
+  if (a.epochs < 0 || a.batch < 1 || !(a.lr > 0) || a.threads < 1 || a.limit < 0)
+    usage("bad numeric option");
   if (a.save.empty()) a.save = "fashion_mnist_" + a.model + ".npz";
   return a;
 }
 
 // The models of the README: conv(1->32)-relu-pool-conv(32->64)-relu-pool-fc(3136->128)-relu-fc(10),
 // and an MLP 784-256-128-10.
-ts::nn::Sequential<float> make_model(const std::string& kind) {
+// Built on backend B: the same seed gives the same initial weights on every backend.
+template <class B>
+ts::nn::Sequential<float, B> make_model(const std::string& kind) {
   namespace nn = ts::nn;
+  using Conv2d = nn::Conv2d<float, B>;
+  using Linear = nn::Linear<float, B>;
+  using ReLU = nn::ReLU<float, B>;
+  using MaxPool2d = nn::MaxPool2d<float, B>;
+  using Flatten = nn::Flatten<float, B>;
   if (kind == "cnn")
-    return nn::Sequential{nn::Conv2d(1, 32, 3, {.padding = {1, 1}}),
-                          nn::ReLU(),
-                          nn::MaxPool2d(2),
-                          nn::Conv2d(32, 64, 3, {.padding = {1, 1}}),
-                          nn::ReLU(),
-                          nn::MaxPool2d(2),
-                          nn::Flatten(),
-                          nn::Linear(64 * 7 * 7, 128),
-                          nn::ReLU(),
-                          nn::Linear(128, 10)};
-  return nn::Sequential{nn::Flatten(),     nn::Linear(784, 256), nn::ReLU(),
-                        nn::Linear(256, 128), nn::ReLU(),        nn::Linear(128, 10)};
+    return nn::Sequential{Conv2d(1, 32, 3, {.padding = {1, 1}}),
+                          ReLU(),
+                          MaxPool2d(2),
+                          Conv2d(32, 64, 3, {.padding = {1, 1}}),
+                          ReLU(),
+                          MaxPool2d(2),
+                          Flatten(),
+                          Linear(64 * 7 * 7, 128),
+                          ReLU(),
+                          Linear(128, 10)};
+  return nn::Sequential{Flatten(),        Linear(784, 256), ReLU(),
+                        Linear(256, 128), ReLU(),           Linear(128, 10)};
+}
+
+// A batch on backend B (the dataset lives in host memory).
+template <class B, class T>
+ts::Tensor<T, B> on(const ts::Tensor<T, ts::cpu>& t) {
+  if constexpr (std::is_same_v<B, ts::cpu>)
+    return t;
+  else
+    return t.template to<B>();
+}
+
+// The first n examples (all of them for n = 0).
+ts::data::Dataset first(const ts::data::Dataset& ds, int64_t n) {
+  if (n == 0 || n >= ds.size()) return ds;
+  return {ds.images.slice(0, 0, n), ds.labels.slice(0, 0, n)};
 }
 
 double seconds_since(clock_type::time_point t) {
@@ -95,12 +145,13 @@ double seconds_since(clock_type::time_point t) {
 }
 
 // Predicted class of every test image (batches of 1000, evaluation mode, no tape).
-std::vector<int64_t> predict(ts::nn::Sequential<float>& model, const ts::data::Dataset& test) {
+template <class B>
+std::vector<int64_t> predict(ts::nn::Sequential<float, B>& model, const ts::data::Dataset& test) {
   model.eval();
   ts::no_grad guard;
   std::vector<int64_t> out;
   for (auto [images, labels] : ts::data::batches(test, 1000)) {
-    const auto classes = ts::argmax(model(images).value(), 1).to_vector();
+    const auto classes = ts::argmax(model(on<B>(images)).value(), 1).to_vector();
     out.insert(out.end(), classes.begin(), classes.end());
   }
   model.train();
@@ -128,6 +179,69 @@ void progress(int epoch, int epochs, int64_t done, int64_t total, double loss, d
   std::fflush(stdout);
 }
 
+// Trains (or, with --eval, evaluates) the model on backend B; returns the exit status.
+template <class B>
+int run(const Args& args, const ts::data::Dataset& train, const ts::data::Dataset& test) {
+  auto model = make_model<B>(args.model);
+  if (!args.eval.empty()) {
+    ts::io::load(model, args.eval);
+    const auto t = clock_type::now();
+    const double acc = accuracy(predict(model, test), test);
+    std::printf("%s: test accuracy %.2f%% (inference %.3f s)\n", args.eval.c_str(), acc,
+                seconds_since(t));
+    return 0;
+  }
+  std::printf("training %d epochs on %s, batch %lld, SGD lr %g momentum 0.9, %d threads\n",
+              args.epochs, args.device.c_str(), static_cast<long long>(args.batch), args.lr,
+              args.threads);
+
+  ts::optim::SGD opt(model.parameters(), {.lr = args.lr, .momentum = 0.9});
+  ts::Generator rng(args.seed);
+  const bool tty = isatty(fileno(stdout));
+  std::vector<int64_t> predicted;
+  for (int epoch = 1; epoch <= args.epochs; ++epoch) {
+    const auto t_epoch = clock_type::now();
+    auto epoch_batches = ts::data::batches(train, args.batch, rng);
+    const int64_t total = static_cast<int64_t>(epoch_batches.size());
+    int64_t done = 0, seen = 0;
+    double loss_sum = 0;
+    for (auto [images, labels] : epoch_batches) {
+      auto loss = ts::nn::cross_entropy(model(on<B>(images)), on<B>(labels));
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+      loss_sum += loss.item();
+      ++done;
+      seen += labels.numel();
+      const double rate = static_cast<double>(seen) / seconds_since(t_epoch);
+      const double eta = static_cast<double>(train.size() - seen) / rate;
+      progress(epoch, args.epochs, done, total, loss_sum / static_cast<double>(done), rate, eta,
+               tty);
+    }
+    const double train_s = seconds_since(t_epoch);
+    const auto t_eval = clock_type::now();
+    predicted = predict(model, test);
+    const double infer_s = seconds_since(t_eval);
+    std::printf(
+        "%sepoch %d: loss %.4f, train %.2f s (%.0f samples/s), test accuracy %.2f%%, "
+        "inference %.3f s\n",
+        tty ? "\n" : "", epoch, loss_sum / static_cast<double>(total), train_s,
+        static_cast<double>(seen) / train_s, accuracy(predicted, test), infer_s);
+  }
+
+  ts::io::save(model, args.save);
+  auto reloaded = make_model<B>(args.model);
+  ts::io::load(reloaded, args.save);
+  const auto again = predict(reloaded, test);
+  if (args.epochs > 0 && again != predicted) {
+    std::fprintf(stderr, "fashion_mnist: the reloaded model predicts differently\n");
+    return 1;
+  }
+  std::printf("saved %s; reloaded it: test accuracy %.2f%%, same predictions\n", args.save.c_str(),
+              accuracy(again, test));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -136,70 +250,24 @@ int main(int argc, char** argv) {
   ts::nn::manual_seed(args.seed);
   try {
     const auto t_load = clock_type::now();
-    const auto train = ts::data::fashion_mnist("train", args.data);
-    const auto test = ts::data::fashion_mnist("test", args.data);
-    std::printf("tessera fashion_mnist: %s, %lld training and %lld test images (loaded in %.1f s)\n",
-                args.model.c_str(), static_cast<long long>(train.size()),
-                static_cast<long long>(test.size()), seconds_since(t_load));
-
-    auto model = make_model(args.model);
-    if (!args.eval.empty()) {
-      ts::io::load(model, args.eval);
-      const auto t = clock_type::now();
-      const double acc = accuracy(predict(model, test), test);
-      std::printf("%s: test accuracy %.2f%% (inference %.3f s)\n", args.eval.c_str(), acc,
-                  seconds_since(t));
-      return 0;
-    }
-    std::printf("training %d epochs, batch %lld, SGD lr %g momentum 0.9, %d threads\n",
-                args.epochs, static_cast<long long>(args.batch), args.lr, args.threads);
-
-    ts::optim::SGD opt(model.parameters(), {.lr = args.lr, .momentum = 0.9});
-    ts::Generator rng(args.seed);
-    const bool tty = isatty(fileno(stdout));
-    std::vector<int64_t> predicted;
-    for (int epoch = 1; epoch <= args.epochs; ++epoch) {
-      const auto t_epoch = clock_type::now();
-      auto epoch_batches = ts::data::batches(train, args.batch, rng);
-      const int64_t total = static_cast<int64_t>(epoch_batches.size());
-      int64_t done = 0, seen = 0;
-      double loss_sum = 0;
-      for (auto [images, labels] : epoch_batches) {
-        auto loss = ts::nn::cross_entropy(model(images), labels);
-        opt.zero_grad();
-        loss.backward();
-        opt.step();
-        loss_sum += loss.item();
-        ++done;
-        seen += labels.numel();
-        const double rate = static_cast<double>(seen) / seconds_since(t_epoch);
-        const double eta = static_cast<double>(train.size() - seen) / rate;
-        progress(epoch, args.epochs, done, total, loss_sum / static_cast<double>(done), rate, eta,
-                 tty);
-      }
-      const double train_s = seconds_since(t_epoch);
-      const auto t_eval = clock_type::now();
-      predicted = predict(model, test);
-      const double infer_s = seconds_since(t_eval);
-      std::printf("%sepoch %d: loss %.4f, train %.2f s (%.0f samples/s), test accuracy %.2f%%, "
-                  "inference %.3f s\n",
-                  tty ? "\n" : "", epoch, loss_sum / static_cast<double>(total), train_s,
-                  static_cast<double>(seen) / train_s, accuracy(predicted, test), infer_s);
-    }
-
-    ts::io::save(model, args.save);
-    auto reloaded = make_model(args.model);
-    ts::io::load(reloaded, args.save);
-    const auto again = predict(reloaded, test);
-    if (args.epochs > 0 && again != predicted) {
-      std::fprintf(stderr, "fashion_mnist: the reloaded model predicts differently\n");
-      return 1;
-    }
-    std::printf("saved %s; reloaded it: test accuracy %.2f%%, same predictions\n",
-                args.save.c_str(), accuracy(again, test));
+    const auto train = first(ts::data::fashion_mnist("train", args.data), args.limit);
+    const auto test = first(ts::data::fashion_mnist("test", args.data), args.limit);
+    std::printf(
+        "tessera fashion_mnist: %s, %lld training and %lld test images (loaded in %.1f s)\n",
+        args.model.c_str(), static_cast<long long>(train.size()),
+        static_cast<long long>(test.size()), seconds_since(t_load));
+    if (args.device == "cpu") return run<ts::cpu>(args, train, test);
+#if defined(FASHION_MNIST_CUDA)
+    return run<ts::cuda>(args, train, test);
+#else
+    std::fprintf(
+        stderr,
+        "fashion_mnist: this build has no CUDA backend; --device cuda needs "
+        "fashion_mnist_cuda (built by nvcc when CMake runs with -DTESSERA_ENABLE_CUDA=ON)\n");
+    return 2;
+#endif
   } catch (const ts::error& e) {
     std::fprintf(stderr, "fashion_mnist: %s\n", e.what());
     return 1;
   }
-  return 0;
 }
