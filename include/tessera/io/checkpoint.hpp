@@ -10,8 +10,8 @@ namespace io {
 /// Writes the module's state_dict (parameters, then buffers, by dotted name) to `path` as an
 /// .npz archive that numpy.load reads. Throws io_error when the file cannot be written.
 template <class T, class B>
-void save(const nn::Module<T, B>& module, const std::filesystem::path& path) {
-  save_npz(path, module.state_dict());
+void save(const nn::Module<T, B>& model, const std::filesystem::path& path) {
+  save_npz(path, model.state_dict());
 }
 
 /// Loads an .npz archive written by save (or by NumPy with the same names, shapes and dtype)
@@ -19,7 +19,7 @@ void save(const nn::Module<T, B>& module, const std::filesystem::path& path) {
 /// and what Module::load_state_dict throws for missing, unexpected or misshapen entries (the
 /// module is left unchanged then).
 template <class T, class B>
-void load(nn::Module<T, B>& module, const std::filesystem::path& path) {
+void load(nn::Module<T, B>& model, const std::filesystem::path& path) {
   auto arrays = load_npz<T>(path);
   nn::state_dict_t<T, B> state;
   for (auto& [name, t] : arrays) {
@@ -28,7 +28,9 @@ void load(nn::Module<T, B>& module, const std::filesystem::path& path) {
     else
       state.emplace_back(name, t.template to<B>());
   }
-  module.load_state_dict(state);
+  // (`model`, not `module`: a line starting with `module` reads as a C++20 module directive
+  // to nvcc.)
+  model.load_state_dict(state);
 }
 
 }  // namespace io

@@ -36,7 +36,8 @@ struct fragment {
 
 namespace emu {
 inline float to_float(__half h) {
-  const uint32_t sign = static_cast<uint32_t>(h.x >> 15) << 31, e = (h.x >> 10) & 0x1f, m = h.x & 0x3ff;
+  const uint32_t sign = static_cast<uint32_t>(h.x >> 15) << 31, e = (h.x >> 10) & 0x1f,
+                 m = h.x & 0x3ff;
   uint32_t bits;
   if (e == 0x1f) {
     bits = sign | 0x7f800000u | (m << 13);
@@ -74,9 +75,8 @@ void load_matrix_sync(fragment<Use, M, N, K, T, Layout>& f, const T* p, unsigned
   using F = fragment<Use, M, N, K, T, Layout>;
   for (int r = 0; r < F::rows; ++r)
     for (int c = 0; c < F::cols; ++c)
-      f.x[r * F::cols + c] = emu::to_float(std::is_same_v<Layout, row_major>
-                                               ? p[size_t(r) * ldm + c]
-                                               : p[size_t(c) * ldm + r]);
+      f.x[r * F::cols + c] = emu::to_float(
+          std::is_same_v<Layout, row_major> ? p[size_t(r) * ldm + c] : p[size_t(c) * ldm + r]);
 }
 
 template <int M, int N, int K>
@@ -85,8 +85,7 @@ void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, float>& f,
   emu::check(p, ldm, sizeof(float), "store_matrix_sync");
   for (int r = 0; r < M; ++r)
     for (int c = 0; c < N; ++c)
-      (layout == mem_row_major ? p[size_t(r) * ldm + c] : p[size_t(c) * ldm + r]) =
-          f.x[r * N + c];
+      (layout == mem_row_major ? p[size_t(r) * ldm + c] : p[size_t(c) * ldm + r]) = f.x[r * N + c];
 }
 
 template <class Use, int M, int N, int K, class T, class Layout>
@@ -95,8 +94,7 @@ void fill_fragment(fragment<Use, M, N, K, T, Layout>& f, float v) {
 }
 
 template <int M, int N, int K, class T, class LA, class LB>
-void mma_sync(fragment<accumulator, M, N, K, float>& d,
-              const fragment<matrix_a, M, N, K, T, LA>& a,
+void mma_sync(fragment<accumulator, M, N, K, float>& d, const fragment<matrix_a, M, N, K, T, LA>& a,
               const fragment<matrix_b, M, N, K, T, LB>& b,
               const fragment<accumulator, M, N, K, float>& c) {
   float out[M * N];

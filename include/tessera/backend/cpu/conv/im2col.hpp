@@ -55,8 +55,8 @@ TESSERA_ALWAYS_INLINE void for_each_tile_run(const conv_geometry& g, S* x, int64
   for (int64_t p = p0; p < p0 + np;) {
     int nruns = 0;
     for (; p < p0 + np && nruns < max_runs; ++nruns) {
-      const int64_t oh = p / g.wo, ow0 = p % g.wo, ow1 = std::min(g.wo, ow0 + (p0 + np - p));
-      runs[nruns] = {oh, ow0, ow1, p - p0};
+      const int64_t ow0 = p % g.wo, ow1 = std::min(g.wo, ow0 + (p0 + np - p));
+      runs[nruns] = {p / g.wo, ow0, ow1, p - p0};
       p += ow1 - ow0;
     }
     int64_t q = 0;
