@@ -1,0 +1,389 @@
+// bench_cuda - tessera's CUDA kernels next to the CUDA toolkit's libraries on the same inputs, in
+// one binary, on one GPU (docs/benchmarks.md, "CUDA"). Names (Google Benchmark appends
+// /manual_time):
+//
+//   ceiling/copy_d2d/<MiB>            cudaMemcpyAsync device to device: the bandwidth ceiling
+//   stream/<op>/tessera/<MiB>         map(a*x+b) into a preallocated output, sum over everything
+//   gemm_<type>/<impl>/<m>x<k>x<n>    C = A·B, row-major operands; impl tessera or cublas
+//                                     (cublasGemmEx; fp8 through cublasLt, B given as Bᵀ
+//                                     row-major because cublasLt's fp8 wants the TN layout)
+//
+// Types: fp32 (SIMT), tf32 (cuBLAS only: tessera has no tf32 path yet; its fp32 row is the
+// comparison), fp16 and bf16 (fp16/bf16 out, float accumulation), int8 (int32 out), fp8 e4m3
+// (float out). Before timing, every tessera GEMM is checked against cuBLAS on the same random
+// inputs (output poisoned with NaN / a sentinel first): ‖tessera − cublas‖ / ‖cublas‖ is reported
+// as the counter rel_err and a benchmark whose error exceeds its type's bound fails with an
+// error message. Timing: device events around each call, after a warm-up call; the time Google
+// Benchmark reports is the mean of the iterations, the counter median_us their median, and
+// TFLOP/s or GB/s is computed from the median. Without a GPU the program says so and exits 0.
+#include <benchmark/benchmark.h>
+#include <cublasLt.h>
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <tessera/cuda.hpp>
+#include <vector>
+
+namespace ts = tessera;
+
+namespace {
+
+template <class T>
+using DevT = ts::Tensor<T, ts::cuda>;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+void check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string(what) + ": cuBLAS status " + std::to_string(int(s)));
+}
+
+/// Times calls of f with events on tessera's stream (where cuBLAS is also set to run): one
+/// warm-up call, then one timed call per benchmark iteration; sets median_us.
+template <class F>
+void time_calls(benchmark::State& st, F&& f) {
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  const cudaStream_t s = ts::cuda_stream();
+  f();
+  check(cudaStreamSynchronize(s), "warm-up");
+  std::vector<double> us;
+  for (auto _ : st) {
+    check(cudaEventRecord(start, s), "cudaEventRecord");
+    f();
+    check(cudaGetLastError(), "launch");
+    check(cudaEventRecord(stop, s), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    st.SetIterationTime(ms * 1e-3);
+    us.push_back(ms * 1e3);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(us.begin(), us.end());
+  st.counters["median_us"] = us.empty() ? 0.0 : us[us.size() / 2];
+}
+
+cublasHandle_t blas() {
+  static cublasHandle_t h = [] {
+    cublasHandle_t x;
+    check(cublasCreate(&x), "cublasCreate");
+    check(cublasSetStream(x, ts::cuda_stream()), "cublasSetStream");
+    return x;
+  }();
+  return h;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bandwidth: the copy ceiling, map and sum.
+
+constexpr int64_t stream_floats = int64_t{256} << 20;  // 1 GiB: far past the L2 cache
+
+DevT<float> stream_input() {
+  ts::Generator g(7);
+  return ts::randn<float, ts::cpu>({stream_floats}, g).to<ts::cuda>();
+}
+
+void set_bandwidth(benchmark::State& st, double bytes) {
+  st.counters["GB/s"] = bytes / (st.counters["median_us"] * 1e-6) / 1e9;
+}
+
+void bm_copy(benchmark::State& st) {
+  const auto x = stream_input();
+  DevT<float> y({stream_floats});
+  const size_t bytes = static_cast<size_t>(stream_floats) * sizeof(float);
+  time_calls(st, [&] {
+    check(cudaMemcpyAsync(y.data(), x.data(), bytes, cudaMemcpyDeviceToDevice, ts::cuda_stream()),
+          "cudaMemcpyAsync");
+  });
+  set_bandwidth(st, 2.0 * bytes);  // read + write
+}
+
+struct axpb {
+  float a, b;
+  __host__ __device__ float operator()(float v) const { return a * v + b; }
+};
+
+void bm_map(benchmark::State& st) {
+  const auto x = stream_input();
+  DevT<float> y({stream_floats});
+  time_calls(st, [&] { ts::map_to(y, axpb{2.0f, 1.0f}, x); });
+  const auto got = y.slice(0, 0, 4).to<ts::cpu>().to_vector();
+  const auto in = x.slice(0, 0, 4).to<ts::cpu>().to_vector();
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::fabs(got[i] - (2 * in[i] + 1)) > 1e-6f * (1 + std::fabs(got[i])))
+      st.SkipWithError("map(a*x+b) gave a wrong value");
+  set_bandwidth(st, 2.0 * static_cast<double>(stream_floats) * sizeof(float));
+}
+
+void bm_sum(benchmark::State& st) {
+  const auto x = stream_input();
+  time_calls(st, [&] { benchmark::DoNotOptimize(ts::sum(x)); });
+  set_bandwidth(st, static_cast<double>(stream_floats) * sizeof(float));
+}
+
+// ---------------------------------------------------------------------------------------------
+// GEMM.
+
+enum class kind { fp32, tf32, fp16, bf16, int8, fp8 };
+
+struct gemm_case {
+  kind k;
+  const char* name;
+  double tol;  // bound on rel_err against cuBLAS
+};
+
+template <kind K>
+struct gemm_types;
+template <>
+struct gemm_types<kind::fp32> {
+  using in = float;
+  using out = float;
+};
+template <>
+struct gemm_types<kind::tf32> : gemm_types<kind::fp32> {};
+template <>
+struct gemm_types<kind::fp16> {
+  using in = ts::half;
+  using out = ts::half;
+};
+template <>
+struct gemm_types<kind::bf16> {
+  using in = ts::bfloat16;
+  using out = ts::bfloat16;
+};
+template <>
+struct gemm_types<kind::int8> {
+  using in = int8_t;
+  using out = int32_t;
+};
+template <>
+struct gemm_types<kind::fp8> {
+  using in = ts::float8_e4m3;
+  using out = float;
+};
+
+template <class T>
+DevT<T> random_matrix(int64_t rows, int64_t cols, uint64_t seed) {
+  ts::Generator g(seed);
+  if constexpr (std::is_same_v<T, int8_t>)
+    return ts::randint<int8_t, ts::cpu>(-128, 128, {rows, cols}, g).to<ts::cuda>();
+  else
+    return ts::randn<float, ts::cpu>({rows, cols}, g).astype<T>().template to<ts::cuda>();
+}
+
+/// The operands of one product: A [m, k], B [k, n] and, for fp8, Bᵀ [n, k] (B is then its
+/// transposed view, the same values).
+template <kind K>
+struct gemm_inputs {
+  using in = typename gemm_types<K>::in;
+  using out = typename gemm_types<K>::out;
+  int64_t m, k, n;
+  DevT<in> a, b, bt;
+  gemm_inputs(int64_t m_, int64_t k_, int64_t n_) : m(m_), k(k_), n(n_) {
+    a = random_matrix<in>(m, k, 1000 + m + k);
+    if constexpr (K == kind::fp8) {
+      bt = random_matrix<in>(n, k, 2000 + n + k);
+      b = bt.transpose(0, 1);
+    } else {
+      b = random_matrix<in>(k, n, 2000 + n + k);
+    }
+  }
+};
+
+cudaDataType_t cuda_type(kind k, bool output) {
+  switch (k) {
+    case kind::fp32:
+    case kind::tf32:
+      return CUDA_R_32F;
+    case kind::fp16:
+      return CUDA_R_16F;
+    case kind::bf16:
+      return CUDA_R_16BF;
+    case kind::int8:
+      return output ? CUDA_R_32I : CUDA_R_8I;
+    case kind::fp8:
+      return output ? CUDA_R_32F : CUDA_R_8F_E4M3;
+  }
+  return CUDA_R_32F;
+}
+
+/// c = a·b through cuBLAS. Row-major C = A·B is column-major Cᵀ = Bᵀ·Aᵀ: the operands swap.
+template <kind K>
+void cublas_gemm(const gemm_inputs<K>& in, const DevT<typename gemm_types<K>::out>& c) {
+  const int m = int(in.m), n = int(in.n), k = int(in.k);
+  if constexpr (K == kind::fp8) {
+    // cublasLt's fp8 product wants op(A) = T, op(B) = N: A' = Bᵀ stored [n, k] row-major is the
+    // column-major [k x n] matrix transposed; B' = A row-major [m, k] is column-major [k x m].
+    static cublasLtHandle_t lt = [] {
+      cublasLtHandle_t h;
+      check(cublasLtCreate(&h), "cublasLtCreate");
+      return h;
+    }();
+    static void* workspace = [] {
+      void* p;
+      check(cudaMalloc(&p, size_t{32} << 20), "cudaMalloc");
+      return p;
+    }();
+    cublasLtMatmulDesc_t op;
+    check(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate");
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
+          "TRANSA");
+    check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
+          "TRANSB");
+    cublasLtMatrixLayout_t la, lb, lc;
+    check(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, k, n, k), "layout A");
+    check(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, k, m, k), "layout B");
+    check(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, n, m, n), "layout C");
+    const float alpha = 1, beta = 0;
+    check(cublasLtMatmul(lt, op, &alpha, in.bt.data(), la, in.a.data(), lb, &beta, c.data(), lc,
+                         c.data(), lc, nullptr, workspace, size_t{32} << 20, ts::cuda_stream()),
+          "cublasLtMatmul fp8");
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(op);
+  } else if constexpr (K == kind::int8) {
+    const int32_t alpha = 1, beta = 0;
+    check(cublasGemmEx(blas(), CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha, in.b.data(), CUDA_R_8I, n,
+                       in.a.data(), CUDA_R_8I, k, &beta, c.data(), CUDA_R_32I, n,
+                       CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT),
+          "cublasGemmEx int8");
+  } else {
+    const float alpha = 1, beta = 0;
+    const cublasComputeType_t compute =
+        K == kind::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    check(cublasGemmEx(blas(), CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &alpha, in.b.data(),
+                       cuda_type(K, false), n, in.a.data(), cuda_type(K, false), k, &beta, c.data(),
+                       cuda_type(K, true), n, compute, CUBLAS_GEMM_DEFAULT),
+          "cublasGemmEx");
+  }
+}
+
+template <class T>
+DevT<T> poisoned(int64_t m, int64_t n) {
+  if constexpr (std::is_integral_v<T>)
+    return ts::full<T, ts::cuda>({m, n}, T(0x7eadbeef));
+  else
+    return ts::full<T, ts::cuda>({m, n}, T(std::numeric_limits<float>::quiet_NaN()));
+}
+
+/// ‖x − y‖ / ‖y‖ over host copies in double (NaN if x has a NaN: an unwritten element).
+template <class T>
+double rel_err(const DevT<T>& x, const DevT<T>& y) {
+  const auto a = x.template astype<double>().template to<ts::cpu>().to_vector();
+  const auto b = y.template astype<double>().template to<ts::cpu>().to_vector();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return std::sqrt(num / (den > 0 ? den : 1));
+}
+
+template <kind K>
+void bm_gemm(benchmark::State& st, bool tessera, int64_t m, int64_t k, int64_t n, double tol) {
+  using out = typename gemm_types<K>::out;
+  const gemm_inputs<K> in(m, k, n);
+  auto c = poisoned<out>(m, n);
+  if (tessera) {
+    // Checked first, against cuBLAS on the same inputs (tf32 has no tessera row).
+    auto ref = poisoned<out>(m, n);
+    cublas_gemm(in, ref);
+    ts::matmul(in.a, in.b, c);
+    const double err = rel_err(c, ref);
+    st.counters["rel_err"] = err;
+    if (!(err <= tol)) {
+      st.SkipWithError(("tessera differs from cuBLAS: rel_err " + std::to_string(err)).c_str());
+      return;
+    }
+    time_calls(st, [&] { ts::matmul(in.a, in.b, c); });
+  } else {
+    time_calls(st, [&] { cublas_gemm(in, c); });
+  }
+  st.counters["TFLOP/s"] = 2.0 * m * n * k / (st.counters["median_us"] * 1e-6) / 1e12;
+}
+
+template <kind K>
+void add_gemm(const char* type, int64_t m, int64_t k, int64_t n, double tol, int iterations) {
+  const std::string shape = std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
+  for (bool tessera : {true, false}) {
+    if (K == kind::tf32 && tessera) continue;
+    const std::string name =
+        std::string("gemm_") + type + (tessera ? "/tessera/" : "/cublas/") + shape;
+    benchmark::RegisterBenchmark(name.c_str(),
+                                 [=](benchmark::State& st) {
+                                   try {
+                                     bm_gemm<K>(st, tessera, m, k, n, tol);
+                                   } catch (const std::exception& e) {
+                                     st.SkipWithError(e.what());
+                                   }
+                                 })
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond)
+        ->Iterations(iterations);
+  }
+}
+
+template <kind K>
+void add_gemm_squares(const char* type, double tol) {
+  for (int64_t s : {1024, 4096, 8192}) add_gemm<K>(type, s, s, s, tol, s >= 8192 ? 10 : 50);
+}
+
+void add_stream(const char* name, void (*f)(benchmark::State&)) {
+  benchmark::RegisterBenchmark(name,
+                               [f](benchmark::State& st) {
+                                 try {
+                                   f(st);
+                                 } catch (const std::exception& e) {
+                                   st.SkipWithError(e.what());
+                                 }
+                               })
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond)
+      ->Iterations(50);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("bench_cuda: no CUDA device visible, nothing to measure\n");
+    return 0;
+  }
+  const std::string mib = std::to_string(stream_floats * 4 >> 20);
+  add_stream(("ceiling/copy_d2d/" + mib).c_str(), bm_copy);
+  add_stream(("stream/map_axpb/tessera/" + mib).c_str(), bm_map);
+  add_stream(("stream/sum/tessera/" + mib).c_str(), bm_sum);
+
+  // Bounds on ‖tessera − cuBLAS‖ / ‖cuBLAS‖: float-sum order for float results, the output's
+  // rounding for 16-bit results (both round the same float sums), exact for int8.
+  add_gemm_squares<kind::fp32>("fp32", 1e-5);
+  add_gemm_squares<kind::tf32>("tf32", 0);
+  add_gemm_squares<kind::fp16>("fp16", 2e-3);
+  add_gemm_squares<kind::bf16>("bf16", 1e-2);
+  add_gemm_squares<kind::int8>("int8", 0);
+  add_gemm_squares<kind::fp8>("fp8e4m3", 1e-5);
+  // The ML shapes of the matmul benchmarks (batch 64 MLP / CNN layers).
+  for (const auto& s : {std::array<int64_t, 3>{64, 784, 256}, std::array<int64_t, 3>{64, 3136, 128},
+                        std::array<int64_t, 3>{64, 256, 10}}) {
+    add_gemm<kind::fp32>("fp32", s[0], s[1], s[2], 1e-5, 200);
+    add_gemm<kind::bf16>("bf16", s[0], s[1], s[2], 1e-2, 200);
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
