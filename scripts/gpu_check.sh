@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# gpu_check.sh - what a session with a GPU should run, in one call: the CUDA test suite, the same
+# under compute-sanitizer (memcheck, racecheck, synccheck), the CUDA benchmark, and the example
+# trained on the GPU next to the CPU run.
+#
+#   scripts/gpu_check.sh bundle [BUILD_DIR] [BUNDLE]   on the build machine
+#   scripts/gpu_check.sh run [BUNDLE] [OUT_DIR]        on the GPU machine
+#
+# Defaults: BUILD_DIR build-cuda, BUNDLE gpu-bundle, OUT_DIR gpu-results. `bundle` copies the
+# four programs (tessera_cuda_tests, bench_cuda, fashion_mnist, fashion_mnist_cuda: build them
+# with the test-cuda preset for the GPU's architecture, e.g. CMAKE_CUDA_ARCHITECTURES=90, which
+# also keeps the bundle small), the shared libraries they need that a CUDA image lacks
+# (Google Benchmark), and the Fashion-MNIST files, so a GPU machine with only the CUDA driver and
+# toolkit can run them. `run` writes each step's log to OUT_DIR, goes on after a failure, and
+# ends with a short summary (the end of the output is what a remote call returns).
+set -uo pipefail
+
+mode="${1:-run}"
+
+if [[ "$mode" == bundle ]]; then
+  set -e
+  build="${2:-build-cuda}"
+  dest="${3:-gpu-bundle}"
+  mkdir -p "$dest/bin" "$dest/lib" "$dest/data"
+  cp "$build/tests/cuda/tessera_cuda_tests" "$build/bench/bench_cuda" \
+    "$build/examples/fashion_mnist" "$build/examples/fashion_mnist_cuda" "$dest/bin/"
+  ldd "$dest"/bin/* | awk '/libbenchmark/ { print $3 }' | sort -u |
+    while read -r lib; do cp -L "$lib" "$dest/lib/"; done
+  cp "${TESSERA_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}"/*.gz "$dest/data/"
+  du -sh "$dest"
+  exit 0
+fi
+if [[ "$mode" != run ]]; then
+  echo "usage: gpu_check.sh bundle [BUILD_DIR] [BUNDLE] | run [BUNDLE] [OUT_DIR]" >&2
+  exit 2
+fi
+
+bundle="${2:-gpu-bundle}"
+out="${3:-gpu-results}"
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export TESSERA_FASHION_MNIST_DIR="$bundle/data"
+bin="$bundle/bin"
+summary=()
+
+step() {  # step NAME COMMAND...: runs COMMAND with its log in $out/NAME.log, records the status
+  local name="$1"
+  shift
+  local start=$SECONDS
+  "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-20s rc=%-4s %5ss' "$name" "$rc" "$((SECONDS - start))")")
+}
+
+nvidia-smi >"$out/nvidia-smi.txt" 2>&1
+sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+
+step tests "$bin/tessera_cuda_tests"
+for tool in memcheck racecheck synccheck; do
+  step "sanitizer_$tool" "$sanitizer" --tool "$tool" --error-exitcode 1 "$bin/tessera_cuda_tests"
+done
+step bench "$bin/bench_cuda" --benchmark_counters_tabular=true \
+  "--benchmark_out=$out/bench_cuda.json" --benchmark_out_format=json
+step example_cuda "$bin/fashion_mnist_cuda" --device cuda --epochs 2 \
+  --save "$out/fashion_mnist_cuda.npz"
+step example_cpu "$bin/fashion_mnist" --epochs 2 --threads "$(nproc)" \
+  --save "$out/fashion_mnist_cpu.npz"
+
+echo "== accuracy and epoch times (cpu, then cuda) =="
+grep -h "test accuracy" "$out/example_cpu.log" "$out/example_cuda.log"
+echo "== failures =="
+grep -h "FAILED\|ERROR SUMMARY" "$out"/tests.log "$out"/sanitizer_*.log | sort -u | head -n 30
+echo "== summary =="
+printf '%s\n' "${summary[@]}"
