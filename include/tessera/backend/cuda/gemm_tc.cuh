@@ -92,23 +92,48 @@ __device__ __forceinline__ std::uint16_t cuda_tc_bits(T v) {
   }
 }
 
-/// Loads the [Rows x Cols] slice at (r0, c0) of a [rows x cols] operand with strides (rs, cs) as
-/// 16-bit values, 16 per thread (0 outside the matrix), with the positions they go to in a shared
-/// tile of row stride Ld. Consecutive threads follow whichever stride is 1: with cs == 1 they
-/// read consecutive columns of a row, otherwise consecutive rows of a column.
-template <class In, int Rows, int Cols, int Ld, class T>
-__device__ __forceinline__ void cuda_tc_load(const T* x, int64_t rs, int64_t cs, int64_t rows,
-                                             int64_t cols, int64_t r0, int64_t c0,
-                                             std::uint16_t (&r)[16], int (&at)[16]) {
+/// Where value i (of 16) of this thread's share of a [Rows x Cols] slice lies in the slice.
+/// Consecutive threads follow the operand's unit stride: along a row when by_row (column stride
+/// 1), down a column otherwise. Recomputed at the store rather than kept from the load: 16 fewer
+/// registers per operand in a kernel that is short of them.
+template <int Rows, int Cols>
+__device__ __forceinline__ void cuda_tc_pos(bool by_row, int i, int& row, int& col) {
   static_assert(Rows * Cols == 16 * cuda_tc_threads);
   const int t = threadIdx.x;
+  row = by_row ? t / Cols + (cuda_tc_threads / Cols) * i : t % Rows;
+  col = by_row ? t % Cols : t / Rows + (cuda_tc_threads / Rows) * i;
+}
+
+/// Loads this thread's 16 values of the [Rows x Cols] slice at (r0, c0) of a [rows x cols]
+/// operand with strides (rs, cs) as 16-bit In values (0 outside the matrix). Along i a thread
+/// moves by a fixed number of rows (by_row) or columns, so one base pointer, one step and one
+/// bound serve all 16 (64-bit index arithmetic per element cost registers and spills).
+template <class In, int Rows, int Cols, class T>
+__device__ __forceinline__ void cuda_tc_load(const T* x, int64_t rs, int64_t cs, int64_t rows,
+                                             int64_t cols, int64_t r0, int64_t c0,
+                                             std::uint16_t (&r)[16]) {
+  const bool by_row = cs == 1;
+  int row, col;
+  cuda_tc_pos<Rows, Cols>(by_row, 0, row, col);
+  const int di = by_row ? cuda_tc_threads / Cols : cuda_tc_threads / Rows;
+  const int64_t step = di * (by_row ? rs : cs);
+  const int64_t room = by_row ? rows - r0 - row : cols - c0 - col;  // inside while i * di < room
+  const bool inside = by_row ? c0 + col < cols : r0 + row < rows;
+  const T* const base = x + (r0 + row) * rs + (c0 + col) * cs;
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+    r[i] = inside && i * di < room ? cuda_tc_bits<In>(base[i * step]) : std::uint16_t{0};
+}
+
+/// Stores what cuda_tc_load loaded into a shared tile of row stride Ld.
+template <int Rows, int Cols, int Ld>
+__device__ __forceinline__ void cuda_tc_store(std::uint16_t* tile, bool by_row,
+                                              const std::uint16_t (&r)[16]) {
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
-    const int row = cs == 1 ? t / Cols + (cuda_tc_threads / Cols) * i : t % Rows;
-    const int col = cs == 1 ? t % Cols : t / Rows + (cuda_tc_threads / Rows) * i;
-    const int64_t gr = r0 + row, gc = c0 + col;
-    r[i] = gr < rows && gc < cols ? cuda_tc_bits<In>(x[gr * rs + gc * cs]) : std::uint16_t{0};
-    at[i] = row * Ld + col;
+    int row, col;
+    cuda_tc_pos<Rows, Cols>(by_row, i, row, col);
+    tile[row * Ld + col] = r[i];
   }
 }
 
@@ -135,12 +160,16 @@ __global__ void __launch_bounds__(cuda_tc_threads)
   const int wm = warp / 4, wn = warp % 4;  // the warp's 64 x 32 piece of the tile
   float* const Cs = reinterpret_cast<float*>(smem) + warp * 16 * cuda_tc_ldc;
   const int64_t m0 = int64_t{blockIdx.y} * BM, n0 = int64_t{blockIdx.x} * BN;
-  // The [128 x 32] slice of A at (m0, k0) and the [32 x 128] slice of B at (k0, n0).
-  const auto load_a = [&](const TA* a, int64_t k0, std::uint16_t(&r)[16], int(&at)[16]) {
-    cuda_tc_load<In, BM, BK, cuda_tc_lda>(a, p.a_rs, p.a_cs, p.m, p.k, m0, k0, r, at);
+  // The [128 x 32] slice of A at (m0, k0) and the [32 x 128] slice of B at (k0, n0), through
+  // registers (ra, rb) into shared buffer buf.
+  std::uint16_t ra[16], rb[16];
+  const auto load = [&](const TA* a, const TB* b, int64_t k0) {
+    cuda_tc_load<In, BM, BK>(a, p.a_rs, p.a_cs, p.m, p.k, m0, k0, ra);
+    cuda_tc_load<In, BK, BN>(b, p.b_rs, p.b_cs, p.k, p.n, k0, n0, rb);
   };
-  const auto load_b = [&](const TB* b, int64_t k0, std::uint16_t(&r)[16], int(&at)[16]) {
-    cuda_tc_load<In, BK, BN, cuda_tc_ldb>(b, p.b_rs, p.b_cs, p.k, p.n, k0, n0, r, at);
+  const auto store = [&](int buf) {
+    cuda_tc_store<BM, BK, cuda_tc_lda>(As + buf * cuda_tc_a_elems, p.a_cs == 1, ra);
+    cuda_tc_store<BK, BN, cuda_tc_ldb>(Bs + buf * cuda_tc_b_elems, p.b_cs == 1, rb);
   };
   for (int64_t z = blockIdx.z; z < batch; z += gridDim.z) {
     const TA* a = p.a + (p.a_off ? p.a_off[z] : 0);
@@ -153,20 +182,13 @@ __global__ void __launch_bounds__(cuda_tc_threads)
       for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
 
     if (p.alpha != 0.0f) {
-      std::uint16_t ra[16], rb[16];
-      int aat[16], bat[16];
-      load_a(a, 0, ra, aat);
-      load_b(b, 0, rb, bat);
+      load(a, b, 0);
       int buf = 0;
-#pragma unroll
-      for (int i = 0; i < 16; ++i) As[aat[i]] = ra[i], Bs[bat[i]] = rb[i];
+      store(buf);
       __syncthreads();
       for (int64_t k0 = 0; k0 < p.k; k0 += BK) {
         const bool more = k0 + BK < p.k;
-        if (more) {  // the next slice, into registers, while this one is multiplied
-          load_a(a, k0 + BK, ra, aat);
-          load_b(b, k0 + BK, rb, bat);
-        }
+        if (more) load(a, b, k0 + BK);  // the next slice, into registers, while this one is used
         const In* at = reinterpret_cast<const In*>(As + buf * cuda_tc_a_elems);
         const In* bt = reinterpret_cast<const In*>(Bs + buf * cuda_tc_b_elems);
 #pragma unroll
@@ -187,10 +209,7 @@ __global__ void __launch_bounds__(cuda_tc_threads)
         if (more) {
           // The other buffer was last read before the previous barrier: safe to overwrite.
           buf ^= 1;
-          std::uint16_t* const an = As + buf * cuda_tc_a_elems;
-          std::uint16_t* const bn = Bs + buf * cuda_tc_b_elems;
-#pragma unroll
-          for (int i = 0; i < 16; ++i) an[aat[i]] = ra[i], bn[bat[i]] = rb[i];
+          store(buf);
           __syncthreads();
         }
       }
@@ -205,7 +224,7 @@ __global__ void __launch_bounds__(cuda_tc_threads)
       for (int j = 0; j < 2; ++j) {
         wmma::store_matrix_sync(Cs, acc[i][j], cuda_tc_ldc, wmma::mem_row_major);
         __syncwarp();
-#pragma unroll
+#pragma unroll 1  // the epilogue is a small share of the time; unrolled, it costs registers
         for (int e = lane; e < 256; e += 32) {
           const int64_t gi = m0 + wm * 64 + i * 16 + e / 16;
           const int64_t gj = n0 + wn * 32 + j * 16 + e % 16;
