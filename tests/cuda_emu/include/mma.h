@@ -15,6 +15,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <tessera/core/bfloat16.hpp>
+#include <tessera/core/half.hpp>
 #include <type_traits>
 
 namespace nvcuda::wmma {
@@ -35,27 +37,10 @@ struct fragment {
 };
 
 namespace emu {
-inline float to_float(__half h) {
-  const uint32_t sign = static_cast<uint32_t>(h.x >> 15) << 31, e = (h.x >> 10) & 0x1f,
-                 m = h.x & 0x3ff;
-  uint32_t bits;
-  if (e == 0x1f) {
-    bits = sign | 0x7f800000u | (m << 13);
-  } else if (e != 0) {
-    bits = sign | ((e + 112) << 23) | (m << 13);
-  } else {  // zero or subnormal: m * 2^-24
-    float v = static_cast<float>(m) * 5.9604644775390625e-8f;
-    return sign ? -v : v;
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+// The 16-bit formats decode as tessera's own types do (the same bits, the same layout).
+inline float to_float(__half h) { return static_cast<float>(tessera::half::from_bits(h.x)); }
 inline float to_float(__nv_bfloat16 h) {
-  const uint32_t bits = uint32_t{h.x} << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
+  return static_cast<float>(tessera::bfloat16::from_bits(h.x));
 }
 inline void check(const void* p, unsigned ldm, size_t elem_bytes, const char* what) {
   if (reinterpret_cast<uintptr_t>(p) % 32 != 0 || (ldm * elem_bytes) % 16 != 0) {

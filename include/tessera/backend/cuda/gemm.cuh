@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(cuda_gemm_threads)
       }
     }
 
-    // Epilogue: alpha * acc (+ beta * c) (+ bias) (relu); beta == 0 never reads c.
+    // Epilogue (cuda_gemm_store).
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int64_t gi = m0 + ty + 16 * i;
@@ -141,16 +141,7 @@ __global__ void __launch_bounds__(cuda_gemm_threads)
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const int64_t gj = n0 + tx + 16 * j;
-        if (gj >= p.n) continue;
-        Acc* out = c + gi * p.c_rs + gj * p.c_cs;
-        Acc v = p.alpha * acc[i][j];
-        if (p.beta != Acc(0)) v += p.beta * *out;
-        if (p.bias_kind == gemm_bias::per_row)
-          v += p.bias[gi * p.bias_stride];
-        else if (p.bias_kind == gemm_bias::per_col)
-          v += p.bias[gj * p.bias_stride];
-        if (p.relu && v < Acc(0)) v = Acc(0);  // NaN compares false: stays NaN, as on the CPU
-        *out = v;
+        if (gj < p.n) cuda_gemm_store(p, c, gi, gj, acc[i][j]);
       }
     }
     __syncthreads();  // the next batch matrix reuses the shared buffers

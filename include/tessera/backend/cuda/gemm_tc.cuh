@@ -216,8 +216,8 @@ __global__ void __launch_bounds__(cuda_tc_threads)
     }
     __syncthreads();  // every warp is done with the tiles: the staging tiles overlay them
 
-    // Epilogue, one 16 x 16 fragment at a time through the warp's staging tile: alpha * acc
-    // (+ beta * c) (+ bias) (relu); beta == 0 never reads c.
+    // Epilogue (cuda_gemm_store), one 16 x 16 fragment at a time through the warp's staging
+    // tile.
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -228,16 +228,8 @@ __global__ void __launch_bounds__(cuda_tc_threads)
         for (int e = lane; e < 256; e += 32) {
           const int64_t gi = m0 + wm * 64 + i * 16 + e / 16;
           const int64_t gj = n0 + wn * 32 + j * 16 + e % 16;
-          if (gi >= p.m || gj >= p.n) continue;
-          float* out = c + gi * p.c_rs + gj * p.c_cs;
-          float v = p.alpha * Cs[(e / 16) * cuda_tc_ldc + e % 16];
-          if (p.beta != 0.0f) v += p.beta * *out;
-          if (p.bias_kind == gemm_bias::per_row)
-            v += p.bias[gi * p.bias_stride];
-          else if (p.bias_kind == gemm_bias::per_col)
-            v += p.bias[gj * p.bias_stride];
-          if (p.relu && v < 0.0f) v = 0.0f;  // NaN compares false: stays NaN, as on the CPU
-          *out = v;
+          if (gi < p.m && gj < p.n)
+            cuda_gemm_store(p, c, gi, gj, Cs[(e / 16) * cuda_tc_ldc + e % 16]);
         }
         __syncwarp();  // the staging tile is rewritten by the next fragment
       }
