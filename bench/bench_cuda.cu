@@ -314,44 +314,36 @@ void bm_gemm(benchmark::State& st, bool tessera, int64_t m, int64_t k, int64_t n
   st.counters["TFLOP/s"] = 2.0 * m * n * k / (st.counters["median_us"] * 1e-6) / 1e12;
 }
 
-template <kind K>
-void add_gemm(const char* type, int64_t m, int64_t k, int64_t n, double tol, int iterations) {
-  const std::string shape = std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
-  for (bool tessera : {true, false}) {
-    if (K == kind::tf32 && tessera) continue;
-    const std::string name =
-        std::string("gemm_") + type + (tessera ? "/tessera/" : "/cublas/") + shape;
-    benchmark::RegisterBenchmark(name.c_str(),
-                                 [=](benchmark::State& st) {
-                                   try {
-                                     bm_gemm<K>(st, tessera, m, k, n, tol);
-                                   } catch (const std::exception& e) {
-                                     st.SkipWithError(e.what());
-                                   }
-                                 })
-        ->UseManualTime()
-        ->Unit(benchmark::kMicrosecond)
-        ->Iterations(iterations);
-  }
-}
-
-template <kind K>
-void add_gemm_squares(const char* type, double tol) {
-  for (int64_t s : {1024, 4096, 8192}) add_gemm<K>(type, s, s, s, tol, s >= 8192 ? 10 : 50);
-}
-
-void add_stream(const char* name, void (*f)(benchmark::State&)) {
-  benchmark::RegisterBenchmark(name,
-                               [f](benchmark::State& st) {
+/// Registers a manually timed benchmark running body(state); an exception (a failed CUDA or
+/// cuBLAS call) fails that benchmark with its message instead of ending the program.
+template <class Body>
+void add_timed(const std::string& name, int iterations, Body body) {
+  benchmark::RegisterBenchmark(name.c_str(),
+                               [body](benchmark::State& st) {
                                  try {
-                                   f(st);
+                                   body(st);
                                  } catch (const std::exception& e) {
                                    st.SkipWithError(e.what());
                                  }
                                })
       ->UseManualTime()
       ->Unit(benchmark::kMicrosecond)
-      ->Iterations(50);
+      ->Iterations(iterations);
+}
+
+template <kind K>
+void add_gemm(const char* type, int64_t m, int64_t k, int64_t n, double tol, int iterations) {
+  const std::string shape = std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
+  for (bool tessera : {true, false}) {
+    if (K == kind::tf32 && tessera) continue;
+    add_timed(std::string("gemm_") + type + (tessera ? "/tessera/" : "/cublas/") + shape,
+              iterations, [=](benchmark::State& st) { bm_gemm<K>(st, tessera, m, k, n, tol); });
+  }
+}
+
+template <kind K>
+void add_gemm_squares(const char* type, double tol) {
+  for (int64_t s : {1024, 4096, 8192}) add_gemm<K>(type, s, s, s, tol, s >= 8192 ? 10 : 50);
 }
 
 }  // namespace
@@ -365,9 +357,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   const std::string mib = std::to_string(stream_floats * 4 >> 20);
-  add_stream(("ceiling/copy_d2d/" + mib).c_str(), bm_copy);
-  add_stream(("stream/map_axpb/tessera/" + mib).c_str(), bm_map);
-  add_stream(("stream/sum/tessera/" + mib).c_str(), bm_sum);
+  add_timed("ceiling/copy_d2d/" + mib, 50, bm_copy);
+  add_timed("stream/map_axpb/tessera/" + mib, 50, bm_map);
+  add_timed("stream/sum/tessera/" + mib, 50, bm_sum);
 
   // Bounds on ‖tessera − cuBLAS‖ / ‖cuBLAS‖: float-sum order for float results, the output's
   // rounding for 16-bit results (both round the same float sums), exact for int8.
