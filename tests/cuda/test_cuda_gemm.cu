@@ -1,7 +1,8 @@
 // Tests of the CUDA matrix product (gemm_kernel<cuda>: matmul, gemm, linear) and the CUDA
 // optimizer updates (optim_kernel<cuda>: sgd_step, adam_step), each against the CPU backend on
 // the same inputs. Products use small integers, so every floating dtype's result is exact and
-// must match the CPU's bit for bit whatever the summation order; int8 uses the extremes. Every
+// must match the CPU's bit for bit whatever the summation order; int8 uses the extremes;
+// random-normal products (16-bit, tf32) are checked against their rounding. Every
 // test skips, with a message, when no CUDA device is visible.
 #include <limits>
 
@@ -28,17 +29,21 @@ struct mnk {
 const mnk shapes[] = {{1, 1, 1},      {7, 5, 3},     {128, 128, 8}, {129, 130, 17},
                       {300, 257, 65}, {64, 3136, 9}, {33, 1, 200},  {1, 70, 129}};
 
-TYPED_TEST(CudaGemm, MatmulMatchesCpuOnEveryLayout) {
-  using T = TypeParam;
+// matmul on the device against the CPU for every shape above, with operands row-major,
+// transposed (column-major views) and strided, from inputs in [lo, hi].
+template <class T>
+void expect_every_layout_matches_cpu(int64_t lo, int64_t hi, const std::string& tag = "") {
   uint64_t seed = 1;
   for (const auto& s : shapes) {
-    const auto a = small_ints<T>({s.m, s.k}, seed++), b = small_ints<T>({s.k, s.n}, seed++);
-    const std::string what =
-        "matmul " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+    const auto a = small_ints<T>({s.m, s.k}, seed++, lo, hi),
+               b = small_ints<T>({s.k, s.n}, seed++, lo, hi);
+    const std::string what = tag + "matmul " + std::to_string(s.m) + "x" + std::to_string(s.n) +
+                             "x" + std::to_string(s.k);
     const auto mm = [](const auto& x, const auto& y) { return ts::matmul(x, y); };
     expect_same(what, 0, 0, mm, a, b);
     // Transposed operands are strided views (column-major reads).
-    const auto at = small_ints<T>({s.k, s.m}, seed++), bt = small_ints<T>({s.n, s.k}, seed++);
+    const auto at = small_ints<T>({s.k, s.m}, seed++, lo, hi),
+               bt = small_ints<T>({s.n, s.k}, seed++, lo, hi);
     expect_same(
         what + " a^T", 0, 0,
         [](const auto& x, const auto& y) { return ts::matmul(x.transpose(0, 1), y); }, at, b);
@@ -46,12 +51,16 @@ TYPED_TEST(CudaGemm, MatmulMatchesCpuOnEveryLayout) {
         what + " b^T", 0, 0,
         [](const auto& x, const auto& y) { return ts::matmul(x, y.transpose(0, 1)); }, a, bt);
     // Every other column of a wider matrix: neither stride is 1.
-    const auto wide = small_ints<T>({s.m, 2 * s.k}, seed++);
+    const auto wide = small_ints<T>({s.m, 2 * s.k}, seed++, lo, hi);
     expect_same(
         what + " strided a", 0, 0,
         [](const auto& x, const auto& y) { return ts::matmul(x.slice(1, 0, x.shape()[1], 2), y); },
         wide, b);
   }
+}
+
+TYPED_TEST(CudaGemm, MatmulMatchesCpuOnEveryLayout) {
+  expect_every_layout_matches_cpu<TypeParam>(-3, 3);
 }
 
 TYPED_TEST(CudaGemm, BatchedWithBroadcastBatchDims) {
@@ -104,6 +113,85 @@ TYPED_TEST(CudaGemm16, RandomInputsAgreeWithinRounding) {
   auto dev = c0.template to<ts::cuda>();
   ts::gemm(0.5, a.template to<ts::cuda>(), b.template to<ts::cuda>(), -2.0, dev);
   expect_close(dev.template to<ts::cpu>(), host, ulps2<T>(), atol, "random gemm alpha beta");
+}
+
+// 8-bit integers over their whole range (int8 x int8 and uint8 x uint8 run on the tensor cores
+// where built for sm_80+; products are exact in int32, so results must match bit for bit).
+template <class T>
+class CudaGemmInt8 : public CudaFixture {};
+using GemmInt8Dtypes = ::testing::Types<int8_t, uint8_t>;
+TYPED_TEST_SUITE(CudaGemmInt8, GemmInt8Dtypes);
+
+TYPED_TEST(CudaGemmInt8, MatmulMatchesCpuOnEveryLayout) {
+  using T = TypeParam;
+  expect_every_layout_matches_cpu<T>(std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
+}
+
+// float x float under set_float32_matmul_precision(high): tf32 tensor cores where the code was
+// built for sm_80+ (the library's own test, cuda_built_for, decides which result to expect).
+class CudaGemmTf32 : public CudaFixture {
+ protected:
+  void SetUp() override {
+    CudaFixture::SetUp();
+    saved_ = ts::get_float32_matmul_precision();
+    ts::set_float32_matmul_precision(ts::matmul_precision::high);
+  }
+  void TearDown() override { ts::set_float32_matmul_precision(saved_); }
+  static bool tensor_cores() {
+    namespace d = ts::detail;
+    return d::cuda_built_for(d::cuda_gemm_tc<d::cuda_tc_tf32, float, float>, 80);
+  }
+
+ private:
+  ts::matmul_precision saved_ = ts::matmul_precision::highest;
+};
+
+/// x rounded to tf32 as cvt.rna does (nearest, ties away from zero), on the host.
+float round_tf32(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+TEST_F(CudaGemmTf32, SmallIntegersAreExactOnEveryLayout) {
+  expect_every_layout_matches_cpu<float>(-3, 3, "tf32 ");
+}
+
+TEST_F(CudaGemmTf32, InputsRoundToNearestTf32TiesAwayAndOnlyWhenAsked) {
+  // 1 + 2^-11 lies halfway between the tf32 values 1 and 1 + 2^-10: round-to-nearest-away gives
+  // 1 + 2^-10, truncation 1, float precision 1 + 2^-11.
+  const float x = 1.0f + std::ldexp(1.0f, -11);
+  const auto a = ts::full<float, ts::cpu>({1, 1}, x), b = ts::ones<float, ts::cpu>({1, 1});
+  const float tf32 = 1.0f + std::ldexp(1.0f, -10);
+  EXPECT_EQ(ts::matmul(a.to<ts::cuda>(), b.to<ts::cuda>()).item(), tensor_cores() ? tf32 : x);
+  EXPECT_EQ(ts::matmul(a, b).item(), x) << "the CPU backend computes in float whatever the setting";
+  ts::set_float32_matmul_precision(ts::matmul_precision::highest);
+  EXPECT_EQ(ts::matmul(a.to<ts::cuda>(), b.to<ts::cuda>()).item(), x) << "highest must be float";
+}
+
+TEST_F(CudaGemmTf32, RandomInputsAgreeWithTf32RoundedInputs) {
+  const int64_t k = 700;
+  const auto a = sample<float>({257, k}, 71), b = sample<float>({k, 130}, 72);
+  const auto c0 = sample<float>({257, 130}, 73);
+  // Reference: the CPU product (float) of the inputs rounded to tf32, so only float summation
+  // noise separates it from the device's result.
+  const auto rounded = [](const HostT<float>& t) {
+    return ts::map([](float v) { return round_tf32(v); }, t);
+  };
+  const double atol = 1e-5 * k;
+  auto want = c0.clone();
+  ts::gemm(0.5, tensor_cores() ? rounded(a) : a, tensor_cores() ? rounded(b) : b, -2.0, want);
+  auto got = c0.to<ts::cuda>();
+  ts::gemm(0.5, a.to<ts::cuda>(), b.to<ts::cuda>(), -2.0, got);
+  expect_close(got.to<ts::cpu>(), want, 1e-6, atol, "tf32 gemm alpha beta");
+  // And the transposed (column-major) reads of both operands.
+  const auto at = a.transpose(0, 1).contiguous(), bt = b.transpose(0, 1).contiguous();
+  const auto got_t =
+      ts::matmul(at.to<ts::cuda>().transpose(0, 1), bt.to<ts::cuda>().transpose(0, 1));
+  const auto want_t = ts::matmul(tensor_cores() ? rounded(a) : a, tensor_cores() ? rounded(b) : b);
+  expect_close(got_t.to<ts::cpu>(), want_t, 1e-6, atol, "tf32 matmul a^T b^T");
 }
 
 class CudaGemmOps : public CudaFixture {};

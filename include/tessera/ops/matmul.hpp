@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../core/matmul_precision.hpp"
 #include "../core/tensor.hpp"
 #include "../detail/gemm_problem.hpp"
 #include "map.hpp"

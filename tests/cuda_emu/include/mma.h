@@ -1,11 +1,15 @@
-// Host emulation of the CUDA toolkit's mma.h (see cuda_runtime.h here): the WMMA API for 16 x 16
-// x 16 tiles of __half / __nv_bfloat16 with float accumulators.
+// Host emulation of the CUDA toolkit's mma.h (see cuda_runtime.h here): the WMMA API for
+// 16 x 16 x 16 tiles of __half / __nv_bfloat16 (float accumulators), 16 x 16 x 8 tiles of
+// precision::tf32 (float accumulators) and 16 x 16 x 16 tiles of signed / unsigned char (int
+// accumulators).
 //
 // WMMA states its contract per tile: which elements of a fragment a lane holds is unspecified,
 // and every lane of the warp must make the same calls. So here every lane holds the whole tile
 // and computes all of it; the results kernels can observe (what store_matrix_sync writes) are
 // the same as on a GPU, up to the order of the float additions inside one mma_sync. The
 // documented requirements are checked: pointers 256-bit aligned, ldm a multiple of 16 bytes.
+// tf32 inputs are read as the hardware reads them, from the top 19 bits of each float (a kernel
+// that forgets __float_to_tf32 truncates, as on a GPU); integer products wrap in 32 bits.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -27,20 +31,45 @@ struct accumulator {};
 struct row_major {};
 struct col_major {};
 enum layout_t { mem_row_major, mem_col_major };
+namespace precision {
+struct tf32 {};
+}  // namespace precision
+
+namespace emu {
+template <class T>
+inline constexpr bool is_int8 = std::is_same_v<T, signed char> || std::is_same_v<T, unsigned char>;
+// What a fragment of element type T holds per value: exact for every input type.
+template <class T>
+using value_t = std::conditional_t<is_int8<T> || std::is_same_v<T, int>, int32_t, float>;
+// What load_matrix_sync reads for element type T.
+template <class T>
+using memory_t = std::conditional_t<std::is_same_v<T, precision::tf32>, float, T>;
+}  // namespace emu
 
 template <class Use, int M, int N, int K, class T, class Layout = void>
 struct fragment {
   static constexpr int rows = std::is_same_v<Use, matrix_b> ? K : M;
   static constexpr int cols = std::is_same_v<Use, matrix_a> ? K : N;
   static constexpr int num_elements = rows * cols;
-  float x[rows * cols];  // every value, as float (exact for the 16-bit inputs)
+  emu::value_t<T> x[rows * cols];  // every value of the tile
 };
 
 namespace emu {
 // The 16-bit formats decode as tessera's own types do (the same bits, the same layout).
-inline float to_float(__half h) { return static_cast<float>(tessera::half::from_bits(h.x)); }
-inline float to_float(__nv_bfloat16 h) {
+inline float to_value(__half h) { return static_cast<float>(tessera::half::from_bits(h.x)); }
+inline float to_value(__nv_bfloat16 h) {
   return static_cast<float>(tessera::bfloat16::from_bits(h.x));
+}
+inline float to_value(float f) { return f; }
+inline int32_t to_value(signed char c) { return c; }
+inline int32_t to_value(unsigned char c) { return c; }
+// A tf32 operand as the tensor cores read it: sign, exponent and the top 10 mantissa bits.
+inline float tf32_operand(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u &= 0xffffe000u;
+  std::memcpy(&f, &u, 4);
+  return f;
 }
 inline void check(const void* p, unsigned ldm, size_t elem_bytes, const char* what) {
   if (reinterpret_cast<uintptr_t>(p) % 32 != 0 || (ldm * elem_bytes) % 16 != 0) {
@@ -53,41 +82,66 @@ inline void check(const void* p, unsigned ldm, size_t elem_bytes, const char* wh
 }
 }  // namespace emu
 
+/// cvt.rna.tf32.f32: round to the nearest tf32 value, ties away from zero (the result is a
+/// float whose low 13 mantissa bits are 0); NaN and infinities pass through.
+inline float __float_to_tf32(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 template <class Use, int M, int N, int K, class T, class Layout>
-void load_matrix_sync(fragment<Use, M, N, K, T, Layout>& f, const T* p, unsigned ldm) {
+void load_matrix_sync(fragment<Use, M, N, K, T, Layout>& f, const emu::memory_t<T>* p,
+                      unsigned ldm) {
   static_assert(!std::is_same_v<Use, accumulator>, "accumulator loads take a layout_t");
-  emu::check(p, ldm, sizeof(T), "load_matrix_sync");
+  emu::check(p, ldm, sizeof(*p), "load_matrix_sync");
   using F = fragment<Use, M, N, K, T, Layout>;
   for (int r = 0; r < F::rows; ++r)
     for (int c = 0; c < F::cols; ++c)
-      f.x[r * F::cols + c] = emu::to_float(
+      f.x[r * F::cols + c] = emu::to_value(
           std::is_same_v<Layout, row_major> ? p[size_t(r) * ldm + c] : p[size_t(c) * ldm + r]);
 }
 
-template <int M, int N, int K>
-void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, float>& f, unsigned ldm,
+template <int M, int N, int K, class Acc>
+void store_matrix_sync(Acc* p, const fragment<accumulator, M, N, K, Acc>& f, unsigned ldm,
                        layout_t layout) {
-  emu::check(p, ldm, sizeof(float), "store_matrix_sync");
+  static_assert(std::is_same_v<Acc, float> || std::is_same_v<Acc, int>);
+  emu::check(p, ldm, sizeof(Acc), "store_matrix_sync");
   for (int r = 0; r < M; ++r)
     for (int c = 0; c < N; ++c)
       (layout == mem_row_major ? p[size_t(r) * ldm + c] : p[size_t(c) * ldm + r]) = f.x[r * N + c];
 }
 
-template <class Use, int M, int N, int K, class T, class Layout>
-void fill_fragment(fragment<Use, M, N, K, T, Layout>& f, float v) {
-  for (float& x : f.x) x = v;
+template <class Use, int M, int N, int K, class T, class Layout, class V>
+void fill_fragment(fragment<Use, M, N, K, T, Layout>& f, V v) {
+  for (auto& x : f.x) x = static_cast<emu::value_t<T>>(v);
 }
 
-template <int M, int N, int K, class T, class LA, class LB>
-void mma_sync(fragment<accumulator, M, N, K, float>& d, const fragment<matrix_a, M, N, K, T, LA>& a,
+template <int M, int N, int K, class T, class LA, class LB, class Acc>
+void mma_sync(fragment<accumulator, M, N, K, Acc>& d, const fragment<matrix_a, M, N, K, T, LA>& a,
               const fragment<matrix_b, M, N, K, T, LB>& b,
-              const fragment<accumulator, M, N, K, float>& c) {
-  float out[M * N];
+              const fragment<accumulator, M, N, K, Acc>& c) {
+  static_assert(std::is_same_v<Acc, int> == emu::is_int8<T>, "int8 inputs accumulate in int");
+  static_assert(std::is_same_v<T, precision::tf32> == (K == 8), "tf32 tiles are 16 x 16 x 8");
+  emu::value_t<Acc> out[M * N];
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
-      float s = c.x[i * N + j];
-      for (int k = 0; k < K; ++k) s += a.x[i * K + k] * b.x[k * N + j];
-      out[i * N + j] = s;
+      if constexpr (std::is_same_v<Acc, int>) {
+        uint32_t s = static_cast<uint32_t>(c.x[i * N + j]);  // wraps like the hardware
+        for (int k = 0; k < K; ++k) s += static_cast<uint32_t>(a.x[i * K + k] * b.x[k * N + j]);
+        out[i * N + j] = static_cast<int32_t>(s);
+      } else {
+        float s = c.x[i * N + j];
+        for (int k = 0; k < K; ++k) {
+          float av = a.x[i * K + k], bv = b.x[k * N + j];
+          if constexpr (std::is_same_v<T, precision::tf32>)
+            av = emu::tf32_operand(av), bv = emu::tf32_operand(bv);
+          s += av * bv;
+        }
+        out[i * N + j] = s;
+      }
     }
   std::memcpy(d.x, out, sizeof out);
 }

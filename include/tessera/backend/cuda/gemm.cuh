@@ -8,8 +8,9 @@
 // current one is multiplied (two shared buffers, one barrier per step). Loads follow whichever
 // of the operand's strides is 1, so row- and column-major operands (transposes as views) both
 // read whole 32-byte sectors per warp. Accumulation is in Acc in a fixed order (k ascending),
-// so a result does not depend on the launch geometry. 16- and 8-bit float inputs run on the
-// tensor cores instead where the code was built for sm_80 or newer (gemm_tc.cuh).
+// so a result does not depend on the launch geometry. Where the code was built for sm_80 or
+// newer, 16- and 8-bit floats, int8 x int8, uint8 x uint8, and float x float under
+// set_float32_matmul_precision(high) run on the tensor cores instead (gemm_tc.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -207,15 +208,16 @@ struct gemm_kernel<cuda> {
                                 " exceeds the CUDA grid (at most 65535 * 128 rows)");
     const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy),
                     static_cast<unsigned>(pr.batch < 65535 ? pr.batch : 65535));
-    using In = typename detail::cuda_tc_input<TA, TB, Acc>::type;
-    if constexpr (!std::is_void_v<In>) {
+    using Cfg = typename detail::cuda_tc_select<TA, TB, Acc>::type;
+    if constexpr (!std::is_void_v<Cfg>) {
       static_assert(detail::cuda_tc_bm == detail::cuda_gemm_bm &&
                     detail::cuda_tc_bn == detail::cuda_gemm_bn);  // the same grid
+      const auto kernel = detail::cuda_gemm_tc<Cfg, TA, TB>;
       // Once per kernel (not per device: a process is assumed to see one GPU generation).
-      static const bool tensor_cores = detail::cuda_built_for(detail::cuda_gemm_tc<In, TA, TB>, 80);
-      if (tensor_cores) {
-        detail::cuda_launch("cuda_gemm_tc", detail::cuda_gemm_tc<In, TA, TB>, grid,
-                            dim3(detail::cuda_tc_threads), p, pr.batch);
+      static const bool tensor_cores = detail::cuda_built_for(kernel, 80);
+      if (tensor_cores && Cfg::allowed()) {
+        detail::cuda_launch("cuda_gemm_tc", kernel, grid, dim3(detail::cuda_tc_threads), p,
+                            pr.batch);
         return;
       }
     }

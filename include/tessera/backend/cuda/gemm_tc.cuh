@@ -1,8 +1,14 @@
-// tessera/backend/cuda/gemm_tc.cuh - the tensor-core matrix product for 16- and 8-bit float
-// inputs (sm_80 and newer), through the WMMA API: fp16 tensor cores when both operands convert
-// to half exactly (half, float8_e4m3, float8_e5m2), bf16 tensor cores when both convert to
-// bfloat16 exactly (bfloat16, either fp8); float accumulation, the same epilogue as the SIMT
-// kernel (alpha, beta, bias, ReLU), any strides and batches.
+// tessera/backend/cuda/gemm_tc.cuh - the tensor-core matrix product (sm_80 and newer) through
+// the WMMA API, for three families of inputs (cuda_tc_select picks one, or none):
+//  - 16-bit floats: fp16 tensor cores when both operands convert to half exactly (half,
+//    float8_e4m3, float8_e5m2), bf16 ones when both convert to bfloat16 exactly (bfloat16, fp8);
+//    float accumulation;
+//  - tf32: float x float when the user allowed it (set_float32_matmul_precision(high)): inputs
+//    rounded to tf32 (round to nearest, ties away) on their way into shared memory, float
+//    accumulation;
+//  - 8-bit integers: int8 x int8 or uint8 x uint8, int32 accumulation (exact; wraps on overflow
+//    like the SIMT kernel).
+// The same epilogue as the SIMT kernel (alpha, beta, bias, ReLU), any strides and batches.
 //
 // Why WMMA rather than raw mma.sync first: WMMA's contract is stated per 16 x 16 tile (which
 // element of a fragment a lane holds is opaque), so the host emulation of the CUDA runtime can
@@ -11,9 +17,11 @@
 // next steps once a GPU can measure them (docs/cuda.md).
 //
 // The kernel: 128 x 128 output tiles, 256 threads = 8 warps in a 2 x 4 grid, each warp 64 x 32
-// outputs as 4 x 2 accumulator fragments of 16 x 16; k in steps of 32 through shared memory,
-// converted to 16-bit on the way in (zero outside the matrix), the next step loaded into
-// registers while the current one is multiplied (two shared buffers, one barrier per step).
+// outputs as 4 x 2 accumulator fragments of 16 x 16; k in steps of bk (32, or 16 for tf32's
+// 4-byte elements) through shared memory, converted on the way in (zero outside the matrix),
+// the next step loaded into registers while the current one is multiplied (two shared buffers,
+// one barrier per step). The shared layouts are each family's (cuda_tc_16bit, cuda_tc_tf32,
+// cuda_tc_int8): WMMA wants every fragment's first element 32-byte aligned.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -27,6 +35,7 @@
 #include "../../core/bfloat16.hpp"
 #include "../../core/float8.hpp"
 #include "../../core/half.hpp"
+#include "../../core/matmul_precision.hpp"
 #include "error.hpp"
 #include "gemm_args.cuh"
 
@@ -37,34 +46,128 @@ template <class T>
 inline constexpr bool cuda_is_fp8 =
     std::is_same_v<T, float8_e4m3> || std::is_same_v<T, float8_e5m2>;
 
-/// The 16-bit tensor-core input type for a pair of operand types: __half when both are exact in
-/// half, __nv_bfloat16 when both are exact in bfloat16 (and not both fp8: half is preferred),
-/// void when neither (the SIMT kernel runs). fp8 values are exact in both 16-bit formats.
+inline constexpr int cuda_tc_bm = 128, cuda_tc_bn = 128;
+inline constexpr int cuda_tc_threads = 256;
+inline constexpr int cuda_tc_ldc = 16 + 4;  // a warp's staging tile for one accumulator fragment
+
+// The families name WMMA's types only inside the kernel body: mma.h declares precision::tf32
+// (and all of WMMA below sm_70) only when compiling for architectures that have them.
+struct cuda_tf32_tag {};
+
+/// 16-bit float inputs (In = __half or __nv_bfloat16): row-major shared tiles A [128][40] and
+/// B [32][136]. The row strides are multiples of 8 elements (WMMA wants 16-byte multiples) that
+/// stagger rows across banks.
+template <class In>
+struct cuda_tc_16bit {
+  using elem = std::uint16_t;  // what the shared tiles hold: In's bits
+  using frag = In;             // WMMA's input type (cuda_tf32_tag: precision::tf32)
+  using frag_ptr = In;         // what load_matrix_sync reads
+  using acc = float;
+  static constexpr bool b_col_major = false;  // how B's fragments are read
+  static constexpr int fk = 16, bk = 32, lda = bk + 8, ldb = cuda_tc_bn + 8;
+  static constexpr int a_elems = cuda_tc_bm * lda, b_elems = bk * ldb;
+  static constexpr bool allowed() { return true; }
+  __device__ static int a_at(int row, int k) { return row * lda + k; }
+  __device__ static int b_at(int k, int col) { return k * ldb + col; }
+  /// v's bits in In (exact for the types cuda_tc_select admits).
+  template <class T>
+  __device__ static elem convert(T v) {
+    if constexpr (std::is_same_v<In, __half>) {
+      if constexpr (std::is_same_v<T, half>)
+        return v.bits;
+      else
+        return half(static_cast<float>(v)).bits;
+    } else {
+      if constexpr (std::is_same_v<T, bfloat16>)
+        return v.bits;
+      else
+        return bfloat16(static_cast<float>(v)).bits;
+    }
+  }
+};
+
+/// float inputs on tf32 tensor cores (16 x 16 x 8 fragments): row-major float tiles A [128][24]
+/// and B [16][136], k steps of 16 (two buffers of 32-wide float tiles would pass the 48 KB of
+/// static shared memory). Rounding happens once, at the load into shared memory, not per
+/// fragment load (each element is loaded into fragments by several warps).
+struct cuda_tc_tf32 {
+  using elem = float;
+  using frag = cuda_tf32_tag;
+  using frag_ptr = float;
+  using acc = float;
+  static constexpr bool b_col_major = false;
+  static constexpr int fk = 8, bk = 16, lda = bk + 8, ldb = cuda_tc_bn + 8;
+  static constexpr int a_elems = cuda_tc_bm * lda, b_elems = bk * ldb;
+  /// tf32 changes results: only when the user asked for it.
+  static bool allowed() { return get_float32_matmul_precision() == matmul_precision::high; }
+  __device__ static int a_at(int row, int k) { return row * lda + k; }
+  __device__ static int b_at(int k, int col) { return k * ldb + col; }
+  template <class T>
+  __device__ static elem convert(T v) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+    return nvcuda::wmma::__float_to_tf32(static_cast<float>(v));
+#else
+    return static_cast<float>(v);  // not reached: the kernel traps below sm_80
+#endif
+  }
+};
+
+/// 8-bit integers (In = signed char or unsigned char), int32 accumulation. WMMA's 8-bit
+/// fragments need 32-byte-aligned pointers, which a row-major [128][32 + pad] byte tile gives
+/// only at k offset 0; so both tiles are k-block-major: [k / 16][128][16], A's rows and B's
+/// columns 16 contiguous bytes each (B is read as a column-major fragment).
+template <class In>
+struct cuda_tc_int8 {
+  using elem = In;
+  using frag = In;
+  using frag_ptr = In;
+  using acc = int32_t;
+  static constexpr bool b_col_major = true;
+  static constexpr int fk = 16, bk = 32, lda = 16, ldb = 16;
+  static constexpr int a_elems = cuda_tc_bm * bk, b_elems = bk * cuda_tc_bn;
+  static constexpr bool allowed() { return true; }
+  __device__ static int a_at(int row, int k) {
+    return (k / 16) * (cuda_tc_bm * 16) + row * 16 + k % 16;
+  }
+  __device__ static int b_at(int k, int col) {
+    return (k / 16) * (cuda_tc_bn * 16) + col * 16 + k % 16;
+  }
+  template <class T>
+  __device__ static elem convert(T v) {
+    return static_cast<In>(v);
+  }
+};
+
+/// The tensor-core family for a product of TA x TB accumulated in Acc, or void (the SIMT kernel
+/// runs). fp8 values are exact in both 16-bit formats; half is preferred.
 template <class TA, class TB, class Acc>
-struct cuda_tc_input {
+struct cuda_tc_select {
   template <class T>
   static constexpr bool half_exact = std::is_same_v<T, half> || cuda_is_fp8<T>;
   template <class T>
   static constexpr bool bf16_exact = std::is_same_v<T, bfloat16> || cuda_is_fp8<T>;
-  using type =
-      std::conditional_t<!std::is_same_v<Acc, float>, void,
-                         std::conditional_t<half_exact<TA> && half_exact<TB>, __half,
-                                            std::conditional_t<bf16_exact<TA> && bf16_exact<TB>,
-                                                               __nv_bfloat16, void>>>;
+  template <class T>
+  static constexpr bool both = std::is_same_v<TA, T>&& std::is_same_v<TB, T>;
+  using floats = std::conditional_t<
+      half_exact<TA> && half_exact<TB>, cuda_tc_16bit<__half>,
+      std::conditional_t<bf16_exact<TA> && bf16_exact<TB>, cuda_tc_16bit<__nv_bfloat16>,
+                         std::conditional_t<both<float>, cuda_tc_tf32, void>>>;
+  using ints =
+      std::conditional_t<both<int8_t>, cuda_tc_int8<signed char>,
+                         std::conditional_t<both<uint8_t>, cuda_tc_int8<unsigned char>, void>>;
+  using type = std::conditional_t<std::is_same_v<Acc, float>, floats,
+                                  std::conditional_t<std::is_same_v<Acc, int32_t>, ints, void>>;
 };
 
-inline constexpr int cuda_tc_bm = 128, cuda_tc_bn = 128, cuda_tc_bk = 32;
-inline constexpr int cuda_tc_threads = 256;
-// Row strides of the shared tiles, in elements: multiples of 8 (WMMA wants 16-byte multiples
-// for 16-bit types, 4 floats for float) that stagger rows across banks.
-inline constexpr int cuda_tc_lda = cuda_tc_bk + 8;  // A tile [128][40]
-inline constexpr int cuda_tc_ldb = cuda_tc_bn + 8;  // B tile [32][136]
-inline constexpr int cuda_tc_ldc = 16 + 4;          // a warp's float staging tile [16][20]
-inline constexpr int cuda_tc_a_elems = cuda_tc_bm * cuda_tc_lda;
-inline constexpr int cuda_tc_b_elems = cuda_tc_bk * cuda_tc_ldb;
-inline constexpr int cuda_tc_smem_bytes = 2 * (cuda_tc_a_elems + cuda_tc_b_elems) * 2;
-static_assert(cuda_tc_smem_bytes >= 8 * 16 * cuda_tc_ldc * 4, "staging must fit in the tiles");
-static_assert(cuda_tc_smem_bytes <= 48 * 1024, "static shared memory limit");
+/// Shared memory of the kernel for family Cfg: two buffers of each tile while multiplying, the
+/// warps' staging tiles (8 x [16][20] accumulators) after.
+template <class Cfg>
+inline constexpr int cuda_tc_smem_bytes = [] {
+  const int tiles =
+      2 * (Cfg::a_elems + Cfg::b_elems) * static_cast<int>(sizeof(typename Cfg::elem));
+  const int staging = 8 * 16 * cuda_tc_ldc * static_cast<int>(sizeof(typename Cfg::acc));
+  return tiles > staging ? tiles : staging;
+}();
 
 /// Whether the code of kernel that runs on the current device was compiled with __CUDA_ARCH__ >=
 /// arch * 10. That is the virtual architecture (ptxVersion), not the device's: a build for
@@ -76,42 +179,28 @@ bool cuda_built_for(Kernel* kernel, int arch) {
   return a.ptxVersion >= arch;
 }
 
-/// The bits of v in the 16-bit input format In (exact for the types cuda_tc_input admits).
-template <class In, class T>
-__device__ __forceinline__ std::uint16_t cuda_tc_bits(T v) {
-  if constexpr (std::is_same_v<In, __half>) {
-    if constexpr (std::is_same_v<T, half>)
-      return v.bits;
-    else
-      return half(static_cast<float>(v)).bits;
-  } else {
-    if constexpr (std::is_same_v<T, bfloat16>)
-      return v.bits;
-    else
-      return bfloat16(static_cast<float>(v)).bits;
-  }
-}
-
-/// Where value i (of 16) of this thread's share of a [Rows x Cols] slice lies in the slice.
+/// Where value i (of N) of this thread's share of a [Rows x Cols] slice lies in the slice.
 /// Consecutive threads follow the operand's unit stride: along a row when by_row (column stride
-/// 1), down a column otherwise. Recomputed at the store rather than kept from the load: 16 fewer
+/// 1), down a column otherwise. Recomputed at the store rather than kept from the load: N fewer
 /// registers per operand in a kernel that is short of them.
 template <int Rows, int Cols>
 __device__ __forceinline__ void cuda_tc_pos(bool by_row, int i, int& row, int& col) {
-  static_assert(Rows * Cols == 16 * cuda_tc_threads);
   const int t = threadIdx.x;
   row = by_row ? t / Cols + (cuda_tc_threads / Cols) * i : t % Rows;
   col = by_row ? t % Cols : t / Rows + (cuda_tc_threads / Rows) * i;
 }
 
-/// Loads this thread's 16 values of the [Rows x Cols] slice at (r0, c0) of a [rows x cols]
-/// operand with strides (rs, cs) as 16-bit In values (0 outside the matrix). Along i a thread
-/// moves by a fixed number of rows (by_row) or columns, so one base pointer, one step and one
-/// bound serve all 16 (64-bit index arithmetic per element cost registers and spills).
-template <class In, int Rows, int Cols, class T>
+/// Loads this thread's N values of the [Rows x Cols] slice at (r0, c0) of a [rows x cols]
+/// operand with strides (rs, cs), converted for the shared tiles of family Cfg (0 outside the
+/// matrix). Along i a thread moves by a fixed number of rows (by_row) or columns, so one base
+/// pointer, one step and one bound serve all N (64-bit index arithmetic per element cost
+/// registers and spills).
+template <class Cfg, int Rows, int Cols, int N, class T>
 __device__ __forceinline__ void cuda_tc_load(const T* x, int64_t rs, int64_t cs, int64_t rows,
                                              int64_t cols, int64_t r0, int64_t c0,
-                                             std::uint16_t (&r)[16]) {
+                                             typename Cfg::elem (&r)[N]) {
+  static_assert(Rows * Cols == N * cuda_tc_threads);
+  using E = typename Cfg::elem;
   const bool by_row = cs == 1;
   int row, col;
   cuda_tc_pos<Rows, Cols>(by_row, 0, row, col);
@@ -121,67 +210,74 @@ __device__ __forceinline__ void cuda_tc_load(const T* x, int64_t rs, int64_t cs,
   const bool inside = by_row ? c0 + col < cols : r0 + row < rows;
   const T* const base = x + (r0 + row) * rs + (c0 + col) * cs;
 #pragma unroll
-  for (int i = 0; i < 16; ++i)
-    r[i] = inside && i * di < room ? cuda_tc_bits<In>(base[i * step]) : std::uint16_t{0};
+  for (int i = 0; i < N; ++i) r[i] = inside && i * di < room ? Cfg::convert(base[i * step]) : E{0};
 }
 
-/// Stores what cuda_tc_load loaded into a shared tile of row stride Ld.
-template <int Rows, int Cols, int Ld>
-__device__ __forceinline__ void cuda_tc_store(std::uint16_t* tile, bool by_row,
-                                              const std::uint16_t (&r)[16]) {
+/// Stores what cuda_tc_load loaded into a shared tile; at(row, col) is the tile's layout.
+template <int Rows, int Cols, int N, class E, class At>
+__device__ __forceinline__ void cuda_tc_store(E* tile, bool by_row, const E (&r)[N], At at) {
 #pragma unroll
-  for (int i = 0; i < 16; ++i) {
+  for (int i = 0; i < N; ++i) {
     int row, col;
     cuda_tc_pos<Rows, Cols>(by_row, i, row, col);
-    tile[row * Ld + col] = r[i];
+    tile[at(row, col)] = r[i];
   }
 }
 
 /// One 128 x 128 tile of matrix blockIdx.z (+ 65535 * i for large batches) per block, on the
-/// tensor cores. Same arguments and results as cuda_gemm_simt<TA, TB, float> up to the order
-/// of the float additions inside a 16-wide k step (which the hardware fixes: results do not
-/// depend on the launch).
-template <class In, class TA, class TB>
+/// tensor cores of family Cfg. Same arguments and results as cuda_gemm_simt<TA, TB, Acc> up to
+/// the inputs' rounding (tf32 only) and the order of the float additions inside a k step
+/// (which the hardware fixes: results do not depend on the launch).
+template <class Cfg, class TA, class TB>
 __global__ void __launch_bounds__(cuda_tc_threads)
-    cuda_gemm_tc(cuda_gemm_args<TA, TB, float> p, int64_t batch) {
+    cuda_gemm_tc(cuda_gemm_args<TA, TB, typename Cfg::acc> p, int64_t batch) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-  // 16-bit WMMA with bf16 needs sm_80; the host launches this kernel only where
-  // cuda_built_for(..., 80) holds, so this code is never reached.
+  // bf16 and tf32 WMMA need sm_80 (int8 sm_72, fp16 sm_70: they wait for sm_80 too); the host
+  // launches this kernel only where cuda_built_for(..., 80) holds, so this code is never reached.
   (void)p, (void)batch;
   __trap();
 #else
   namespace wmma = nvcuda::wmma;
-  constexpr int BM = cuda_tc_bm, BN = cuda_tc_bn, BK = cuda_tc_bk;
-  // A and B tiles (two buffers each) while multiplying; the warps' float staging tiles after.
-  __shared__ __align__(128) unsigned char smem[cuda_tc_smem_bytes];
-  std::uint16_t* const As = reinterpret_cast<std::uint16_t*>(smem);
-  std::uint16_t* const Bs = As + 2 * cuda_tc_a_elems;
+  using FragIn = std::conditional_t<std::is_same_v<typename Cfg::frag, cuda_tf32_tag>,
+                                    wmma::precision::tf32, typename Cfg::frag>;
+  using BLayout = std::conditional_t<Cfg::b_col_major, wmma::col_major, wmma::row_major>;
+  using E = typename Cfg::elem;
+  using F = typename Cfg::frag_ptr;
+  using Acc = typename Cfg::acc;
+  constexpr int BM = cuda_tc_bm, BN = cuda_tc_bn, BK = Cfg::bk, FK = Cfg::fk;
+  constexpr int NA = BM * BK / cuda_tc_threads, NB = BK * BN / cuda_tc_threads;
+  // A and B tiles (two buffers each) while multiplying; the warps' staging tiles after.
+  __shared__ __align__(128) unsigned char smem[cuda_tc_smem_bytes<Cfg>];
+  E* const As = reinterpret_cast<E*>(smem);
+  E* const Bs = As + 2 * Cfg::a_elems;
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;
   const int wm = warp / 4, wn = warp % 4;  // the warp's 64 x 32 piece of the tile
-  float* const Cs = reinterpret_cast<float*>(smem) + warp * 16 * cuda_tc_ldc;
+  Acc* const Cs = reinterpret_cast<Acc*>(smem) + warp * 16 * cuda_tc_ldc;
   const int64_t m0 = int64_t{blockIdx.y} * BM, n0 = int64_t{blockIdx.x} * BN;
-  // The [128 x 32] slice of A at (m0, k0) and the [32 x 128] slice of B at (k0, n0), through
+  // The [128 x BK] slice of A at (m0, k0) and the [BK x 128] slice of B at (k0, n0), through
   // registers (ra, rb) into shared buffer buf.
-  std::uint16_t ra[16], rb[16];
+  E ra[NA], rb[NB];
   const auto load = [&](const TA* a, const TB* b, int64_t k0) {
-    cuda_tc_load<In, BM, BK>(a, p.a_rs, p.a_cs, p.m, p.k, m0, k0, ra);
-    cuda_tc_load<In, BK, BN>(b, p.b_rs, p.b_cs, p.k, p.n, k0, n0, rb);
+    cuda_tc_load<Cfg, BM, BK>(a, p.a_rs, p.a_cs, p.m, p.k, m0, k0, ra);
+    cuda_tc_load<Cfg, BK, BN>(b, p.b_rs, p.b_cs, p.k, p.n, k0, n0, rb);
   };
   const auto store = [&](int buf) {
-    cuda_tc_store<BM, BK, cuda_tc_lda>(As + buf * cuda_tc_a_elems, p.a_cs == 1, ra);
-    cuda_tc_store<BK, BN, cuda_tc_ldb>(Bs + buf * cuda_tc_b_elems, p.b_cs == 1, rb);
+    cuda_tc_store<BM, BK>(As + buf * Cfg::a_elems, p.a_cs == 1, ra,
+                          [](int r, int c) { return Cfg::a_at(r, c); });
+    cuda_tc_store<BK, BN>(Bs + buf * Cfg::b_elems, p.b_cs == 1, rb,
+                          [](int r, int c) { return Cfg::b_at(r, c); });
   };
   for (int64_t z = blockIdx.z; z < batch; z += gridDim.z) {
     const TA* a = p.a + (p.a_off ? p.a_off[z] : 0);
     const TB* b = p.b + (p.b_off ? p.b_off[z] : 0);
-    float* c = p.c + (p.c_off ? p.c_off[z] : 0);
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[4][2];
+    Acc* c = p.c + (p.c_off ? p.c_off[z] : 0);
+    wmma::fragment<wmma::accumulator, 16, 16, FK, Acc> acc[4][2];
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
-      for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+      for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], Acc(0));
 
-    if (p.alpha != 0.0f) {
+    if (p.alpha != Acc(0)) {
       load(a, b, 0);
       int buf = 0;
       store(buf);
@@ -189,18 +285,18 @@ __global__ void __launch_bounds__(cuda_tc_threads)
       for (int64_t k0 = 0; k0 < p.k; k0 += BK) {
         const bool more = k0 + BK < p.k;
         if (more) load(a, b, k0 + BK);  // the next slice, into registers, while this one is used
-        const In* at = reinterpret_cast<const In*>(As + buf * cuda_tc_a_elems);
-        const In* bt = reinterpret_cast<const In*>(Bs + buf * cuda_tc_b_elems);
+        const F* at = reinterpret_cast<const F*>(As + buf * Cfg::a_elems);
+        const F* bt = reinterpret_cast<const F*>(Bs + buf * Cfg::b_elems);
 #pragma unroll
-        for (int kk = 0; kk < BK; kk += 16) {
-          wmma::fragment<wmma::matrix_a, 16, 16, 16, In, wmma::row_major> fa[4];
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, In, wmma::row_major> fb[2];
+        for (int kk = 0; kk < BK; kk += FK) {
+          wmma::fragment<wmma::matrix_a, 16, 16, FK, FragIn, wmma::row_major> fa[4];
+          wmma::fragment<wmma::matrix_b, 16, 16, FK, FragIn, BLayout> fb[2];
 #pragma unroll
           for (int i = 0; i < 4; ++i)
-            wmma::load_matrix_sync(fa[i], at + (wm * 64 + i * 16) * cuda_tc_lda + kk, cuda_tc_lda);
+            wmma::load_matrix_sync(fa[i], at + Cfg::a_at(wm * 64 + i * 16, kk), Cfg::lda);
 #pragma unroll
           for (int j = 0; j < 2; ++j)
-            wmma::load_matrix_sync(fb[j], bt + kk * cuda_tc_ldb + wn * 32 + j * 16, cuda_tc_ldb);
+            wmma::load_matrix_sync(fb[j], bt + Cfg::b_at(kk, wn * 32 + j * 16), Cfg::ldb);
 #pragma unroll
           for (int i = 0; i < 4; ++i)
 #pragma unroll
