@@ -9,6 +9,8 @@
 #include <tessera/optim.hpp>
 #include <tessera/tessera.hpp>
 
+#include "../examples/fashion_mnist_model.hpp"
+
 #if defined(TESSERA_BENCH_HAVE_TORCH)
 #include <torch/torch.h>
 #endif
@@ -42,14 +44,7 @@ const Inputs& inputs() {
 }
 
 ts::nn::Sequential<float> tessera_model(bool cnn) {
-  namespace nn = ts::nn;
-  if (cnn)
-    return nn::Sequential{nn::Conv2d(1, 32, 3, {.padding = {1, 1}}), nn::ReLU(), nn::MaxPool2d(2),
-                          nn::Conv2d(32, 64, 3, {.padding = {1, 1}}), nn::ReLU(), nn::MaxPool2d(2),
-                          nn::Flatten(), nn::Linear(64 * 7 * 7, 128), nn::ReLU(),
-                          nn::Linear(128, 10)};
-  return nn::Sequential{nn::Flatten(),        nn::Linear(784, 256), nn::ReLU(),
-                        nn::Linear(256, 128), nn::ReLU(),          nn::Linear(128, 10)};
+  return fashion_mnist::make_model<ts::cpu>(cnn ? "cnn" : "mlp");
 }
 
 void tessera_train_step(benchmark::State& state, bool cnn) {

@@ -25,6 +25,8 @@
 #include <tessera/tessera.hpp>
 #include <type_traits>
 
+#include "fashion_mnist_model.hpp"
+
 #if defined(__CUDACC__) || defined(TESSERA_CUDA_HOST_EMULATION)
 #include <tessera/cuda.hpp>
 #define FASHION_MNIST_CUDA 1
@@ -99,31 +101,9 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-// The models of the README: conv(1->32)-relu-pool-conv(32->64)-relu-pool-fc(3136->128)-relu-fc(10),
-// and an MLP 784-256-128-10.
-// Built on backend B: the same seed gives the same initial weights on every backend.
-template <class B>
-ts::nn::Sequential<float, B> make_model(const std::string& kind) {
-  namespace nn = ts::nn;
-  using Conv2d = nn::Conv2d<float, B>;
-  using Linear = nn::Linear<float, B>;
-  using ReLU = nn::ReLU<float, B>;
-  using MaxPool2d = nn::MaxPool2d<float, B>;
-  using Flatten = nn::Flatten<float, B>;
-  if (kind == "cnn")
-    return nn::Sequential{Conv2d(1, 32, 3, {.padding = {1, 1}}),
-                          ReLU(),
-                          MaxPool2d(2),
-                          Conv2d(32, 64, 3, {.padding = {1, 1}}),
-                          ReLU(),
-                          MaxPool2d(2),
-                          Flatten(),
-                          Linear(64 * 7 * 7, 128),
-                          ReLU(),
-                          Linear(128, 10)};
-  return nn::Sequential{Flatten(),        Linear(784, 256), ReLU(),
-                        Linear(256, 128), ReLU(),           Linear(128, 10)};
-}
+// The models (fashion_mnist_model.hpp, shared with the training benchmarks): the README's CNN,
+// conv(1->32)-relu-pool-conv(32->64)-relu-pool-fc(3136->128)-relu-fc(10), and an MLP
+// 784-256-128-10.
 
 // A batch on backend B (the dataset lives in host memory).
 template <class B, class T>
@@ -182,7 +162,7 @@ void progress(int epoch, int epochs, int64_t done, int64_t total, double loss, d
 // Trains (or, with --eval, evaluates) the model on backend B; returns the exit status.
 template <class B>
 int run(const Args& args, const ts::data::Dataset& train, const ts::data::Dataset& test) {
-  auto model = make_model<B>(args.model);
+  auto model = fashion_mnist::make_model<B>(args.model);
   if (!args.eval.empty()) {
     ts::io::load(model, args.eval);
     const auto t = clock_type::now();
@@ -230,7 +210,7 @@ int run(const Args& args, const ts::data::Dataset& train, const ts::data::Datase
   }
 
   ts::io::save(model, args.save);
-  auto reloaded = make_model<B>(args.model);
+  auto reloaded = fashion_mnist::make_model<B>(args.model);
   ts::io::load(reloaded, args.save);
   const auto again = predict(reloaded, test);
   if (args.epochs > 0 && again != predicted) {

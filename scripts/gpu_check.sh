@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # gpu_check.sh - what a session with a GPU should run, in one call: the CUDA test suite, the same
-# under compute-sanitizer (memcheck, racecheck, synccheck), the CUDA benchmark, and the example
-# trained on the GPU next to the CPU run.
+# under compute-sanitizer (memcheck, racecheck, synccheck), the CUDA benchmarks (GEMM and
+# bandwidth vs cuBLAS, convolution vs cuDNN, the training step vs PyTorch), the example trained
+# on the GPU next to the CPU run, and the report tables (scripts/cuda_report.py).
 #
 #   scripts/gpu_check.sh bundle [BUILD_DIR] [BUNDLE]   on the build machine
 #   scripts/gpu_check.sh run [BUNDLE] [OUT_DIR]        on the GPU machine
 #
 # Defaults: BUILD_DIR build-cuda, BUNDLE gpu-bundle, OUT_DIR gpu-results. `bundle` copies the
-# four programs (tessera_cuda_tests, bench_cuda, fashion_mnist, fashion_mnist_cuda: build them
-# with the test-cuda preset for the GPU's architecture, e.g. CMAKE_CUDA_ARCHITECTURES=90, which
-# also keeps the bundle small), the shared libraries they need that a CUDA image lacks
-# (Google Benchmark), and the Fashion-MNIST files, so a GPU machine with only the CUDA driver and
-# toolkit can run them. `run` writes each step's log to OUT_DIR, goes on after a failure, and
+# programs (tessera_cuda_tests, bench_cuda, bench_cuda_conv, bench_cuda_train, fashion_mnist,
+# fashion_mnist_cuda: build them with the test-cuda preset for the GPU's architecture, e.g.
+# CMAKE_CUDA_ARCHITECTURES=90, which also keeps the bundle small), the PyTorch script and the
+# report script, the shared libraries they need that a CUDA image lacks (Google Benchmark), and
+# the Fashion-MNIST files, so a GPU machine with the CUDA driver, toolkit and PyTorch can run
+# them. cuDNN is found at run time in the toolkit or in PyTorch's nvidia-cudnn package. `run`
+# writes each step's log to OUT_DIR, goes on after a failure, and
 # ends with a short summary (the end of the output is what a remote call returns).
 set -uo pipefail
 
@@ -22,9 +25,12 @@ if [[ "$mode" == bundle ]]; then
   build="${2:-build-cuda}"
   dest="${3:-gpu-bundle}"
   mkdir -p "$dest/bin" "$dest/lib" "$dest/data"
-  cp "$build/tests/cuda/tessera_cuda_tests" "$build/bench/bench_cuda" \
-    "$build/examples/fashion_mnist" "$build/examples/fashion_mnist_cuda" "$dest/bin/"
-  ldd "$dest"/bin/* | awk '/libbenchmark/ { print $3 }' | sort -u |
+  cp "$build/tests/cuda/tessera_cuda_tests" "$build/bench/bench_cuda" "$build/bench/bench_cuda_conv" \
+    "$build/bench/bench_cuda_train" "$build/examples/fashion_mnist" \
+    "$build/examples/fashion_mnist_cuda" "$dest/bin/"
+  cp bench/torch_cuda_step.py scripts/cuda_report.py "$dest/bin/"
+  ldd "$dest"/bin/tessera_cuda_tests "$dest"/bin/bench_cuda* "$dest"/bin/fashion_mnist* |
+    awk '/libbenchmark/ { print $3 }' | sort -u |
     while read -r lib; do cp -L "$lib" "$dest/lib/"; done
   cp "${TESSERA_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}"/*.gz "$dest/data/"
   du -sh "$dest"
@@ -39,6 +45,12 @@ bundle="${2:-gpu-bundle}"
 out="${3:-gpu-results}"
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# cuDNN and cuBLAS: the toolkit's, else the ones PyTorch's nvidia-* packages carry.
+for pkg in cudnn cublas; do
+  dir="$(python3 -c "import nvidia.$pkg as m; print(list(m.__path__)[0] + '/lib')" 2>/dev/null)"
+  [[ -n "$dir" && -d "$dir" ]] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$dir"
+done
+[[ -d /usr/local/cuda/lib64 ]] && LD_LIBRARY_PATH="/usr/local/cuda/lib64:$LD_LIBRARY_PATH"
 export TESSERA_FASHION_MNIST_DIR="$bundle/data"
 bin="$bundle/bin"
 summary=()
@@ -59,13 +71,19 @@ step tests "$bin/tessera_cuda_tests"
 for tool in memcheck racecheck synccheck; do
   step "sanitizer_$tool" "$sanitizer" --tool "$tool" --error-exitcode 1 "$bin/tessera_cuda_tests"
 done
-step bench "$bin/bench_cuda" --benchmark_counters_tabular=true \
-  "--benchmark_out=$out/bench_cuda.json" --benchmark_out_format=json
+for b in bench_cuda bench_cuda_train bench_cuda_conv; do
+  step "$b" "$bin/$b" --benchmark_counters_tabular=true "--benchmark_out=$out/$b.json" \
+    --benchmark_out_format=json
+done
+step torch_cuda_step python3 "$bin/torch_cuda_step.py" --out "$out/torch_cuda_step.json"
 step example_cuda "$bin/fashion_mnist_cuda" --device cuda --epochs 2 \
   --save "$out/fashion_mnist_cuda.npz"
 step example_cpu "$bin/fashion_mnist" --epochs 2 --threads "$(nproc)" \
   --save "$out/fashion_mnist_cpu.npz"
 
+python3 "$bin/cuda_report.py" "$out" "$out/cuda_gemm.png" >"$out/report.md" 2>"$out/report.err"
+echo "== acceptance =="
+sed -n '/acceptance target/,$p' "$out/report.md"
 echo "== accuracy and epoch times (cpu, then cuda) =="
 grep -h "test accuracy" "$out/example_cpu.log" "$out/example_cuda.log"
 echo "== failures =="

@@ -1,0 +1,212 @@
+// bench_cuda_conv - tessera's CUDA convolution next to cuDNN's, in one binary, on the same
+// inputs and GPU (docs/benchmarks.md, "CUDA"): the shape set of bench_conv (the convolution
+// issue's: LeNet, ResNet, VGG, strided and depthwise layers), forward, backward data and
+// backward filter. Names (Google Benchmark appends /manual_time):
+//
+//   conv_<pass>/<math>/<impl>/<shape>   pass fwd | bwd_data | bwd_filter; impl tessera | cudnn
+//
+// math fp32: float inputs and products (tessera's default; cuDNN with CUDNN_FMA_MATH, which
+// keeps it off the tensor cores); tf32: tessera under set_float32_matmul_precision(high), cuDNN
+// with CUDNN_DEFAULT_MATH (tf32 tensor cores on sm_80+). cuDNN's algorithm for each case is the
+// fastest that cudnnFind* measured, with its workspace allocated once. Before timing, every
+// tessera result is checked against cuDNN's on the same inputs (outputs poisoned first): the
+// counter rel_err, and a benchmark beyond its bound fails with a message. Counters: median_us,
+// TFLOP/s (2 * n * k * c/groups * r * s * ho * wo per pass). Without a GPU the program says so
+// and exits 0.
+#include <cudnn.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "conv_shapes.hpp"
+#include "cuda_bench.cuh"
+
+namespace {
+using namespace cuda_bench;
+using cuda_bench::check;  // overloaded below for the library's status type
+
+void check(cudnnStatus_t s, const char* what) {
+  if (s != CUDNN_STATUS_SUCCESS)
+    throw std::runtime_error(std::string(what) + ": " + cudnnGetErrorString(s));
+}
+
+using bench::conv_shape;  // the shape set of bench_conv (conv_shapes.hpp)
+
+enum class pass { fwd, bwd_data, bwd_filter };
+const char* pass_name(pass p) {
+  return p == pass::fwd ? "fwd" : p == pass::bwd_data ? "bwd_data" : "bwd_filter";
+}
+
+cudnnHandle_t dnn() {
+  static cudnnHandle_t h = [] {
+    cudnnHandle_t x;
+    check(cudnnCreate(&x), "cudnnCreate");
+    check(cudnnSetStream(x, ts::cuda_stream()), "cudnnSetStream");
+    return x;
+  }();
+  return h;
+}
+
+/// One shape's inputs (random normals) and cuDNN's descriptors, algorithms and workspace for
+/// one math mode.
+struct conv_case {
+  conv_shape sh;
+  DevT<float> x, w, dy;
+  cudnnTensorDescriptor_t xd{}, yd{};
+  cudnnFilterDescriptor_t wd{};
+  cudnnConvolutionDescriptor_t cd{};
+  cudnnConvolutionFwdAlgo_t fwd_algo{};
+  cudnnConvolutionBwdDataAlgo_t data_algo{};
+  cudnnConvolutionBwdFilterAlgo_t filter_algo{};
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+
+  conv_case(const conv_shape& s, bool tf32) : sh(s) {
+    ts::Generator g(11 + s.c + s.k);
+    x = ts::randn<float, ts::cpu>({s.n, s.c, s.h, s.w}, g).to<ts::cuda>();
+    w = ts::randn<float, ts::cpu>(s.w_shape(), g).to<ts::cuda>();
+    dy = ts::randn<float, ts::cpu>({s.n, s.k, s.ho(), s.wo()}, g).to<ts::cuda>();
+    check(cudnnCreateTensorDescriptor(&xd), "tensor descriptor");
+    check(cudnnCreateTensorDescriptor(&yd), "tensor descriptor");
+    check(cudnnCreateFilterDescriptor(&wd), "filter descriptor");
+    check(cudnnCreateConvolutionDescriptor(&cd), "convolution descriptor");
+    check(cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, int(s.n), int(s.c),
+                                     int(s.h), int(s.w)),
+          "x descriptor");
+    check(cudnnSetTensor4dDescriptor(yd, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, int(s.n), int(s.k),
+                                     int(s.ho()), int(s.wo())),
+          "y descriptor");
+    check(cudnnSetFilter4dDescriptor(wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, int(s.k),
+                                     int(s.c / s.groups), int(s.r), int(s.s)),
+          "w descriptor");
+    check(cudnnSetConvolution2dDescriptor(cd, int(s.pad), int(s.pad), int(s.stride),
+                                          int(s.stride), 1, 1, CUDNN_CROSS_CORRELATION,
+                                          CUDNN_DATA_FLOAT),
+          "convolution descriptor");
+    check(cudnnSetConvolutionGroupCount(cd, int(s.groups)), "group count");
+    check(cudnnSetConvolutionMathType(cd, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH),
+          "math type");
+    choose_algorithms();
+  }
+  ~conv_case() {
+    if (workspace) cudaFree(workspace);
+    cudnnDestroyConvolutionDescriptor(cd);
+    cudnnDestroyFilterDescriptor(wd);
+    cudnnDestroyTensorDescriptor(yd);
+    cudnnDestroyTensorDescriptor(xd);
+  }
+  conv_case(const conv_case&) = delete;
+  conv_case& operator=(const conv_case&) = delete;
+
+  /// The fastest algorithm of each pass as cudnnFind* measures it (first successful result),
+  /// and one workspace large enough for all three.
+  void choose_algorithms() {
+    constexpr int kMax = 16;
+    int found = 0;
+    cudnnConvolutionFwdAlgoPerf_t f[kMax];
+    check(cudnnFindConvolutionForwardAlgorithm(dnn(), xd, wd, cd, yd, kMax, &found, f),
+          "find forward algorithm");
+    fwd_algo = first_ok(f, found, "forward").algo;
+    cudnnConvolutionBwdDataAlgoPerf_t d[kMax];
+    check(cudnnFindConvolutionBackwardDataAlgorithm(dnn(), wd, yd, cd, xd, kMax, &found, d),
+          "find backward data algorithm");
+    data_algo = first_ok(d, found, "backward data").algo;
+    cudnnConvolutionBwdFilterAlgoPerf_t b[kMax];
+    check(cudnnFindConvolutionBackwardFilterAlgorithm(dnn(), xd, yd, cd, wd, kMax, &found, b),
+          "find backward filter algorithm");
+    filter_algo = first_ok(b, found, "backward filter").algo;
+    size_t need = 0, bytes = 0;
+    check(cudnnGetConvolutionForwardWorkspaceSize(dnn(), xd, wd, cd, yd, fwd_algo, &bytes), "ws");
+    need = std::max(need, bytes);
+    check(cudnnGetConvolutionBackwardDataWorkspaceSize(dnn(), wd, yd, cd, xd, data_algo, &bytes),
+          "ws");
+    need = std::max(need, bytes);
+    check(cudnnGetConvolutionBackwardFilterWorkspaceSize(dnn(), xd, yd, cd, wd, filter_algo,
+                                                         &bytes),
+          "ws");
+    need = std::max(need, bytes);
+    workspace_bytes = need;
+    if (need) check(cudaMalloc(&workspace, need), "cudaMalloc workspace");
+  }
+  template <class Perf>
+  static const Perf& first_ok(const Perf* p, int found, const char* what) {
+    for (int i = 0; i < found; ++i)
+      if (p[i].status == CUDNN_STATUS_SUCCESS) return p[i];
+    throw std::runtime_error(std::string("cuDNN found no ") + what + " algorithm");
+  }
+
+  void cudnn(pass p, const DevT<float>& out) const {
+    const float one = 1, zero = 0;
+    if (p == pass::fwd)
+      check(cudnnConvolutionForward(dnn(), &one, xd, x.data(), wd, w.data(), cd, fwd_algo,
+                                    workspace, workspace_bytes, &zero, yd, out.data()),
+            "cudnnConvolutionForward");
+    else if (p == pass::bwd_data)
+      check(cudnnConvolutionBackwardData(dnn(), &one, wd, w.data(), yd, dy.data(), cd, data_algo,
+                                         workspace, workspace_bytes, &zero, xd, out.data()),
+            "cudnnConvolutionBackwardData");
+    else
+      check(cudnnConvolutionBackwardFilter(dnn(), &one, xd, x.data(), yd, dy.data(), cd,
+                                           filter_algo, workspace, workspace_bytes, &zero, wd,
+                                           out.data()),
+            "cudnnConvolutionBackwardFilter");
+  }
+
+  /// tessera's pass into out (forward) or as a new tensor copied into out (the gradients have
+  /// no out-parameter form; the copy is outside the timed call).
+  DevT<float> tessera(pass p, const DevT<float>& out) const {
+    if (p == pass::fwd) {
+      ts::conv2d(x, w, DevT<float>{}, sh.opts(), out);
+      return out;
+    }
+    if (p == pass::bwd_data) return ts::conv2d_backward_input(dy, w, x.shape(), sh.opts());
+    return ts::conv2d_backward_weight(dy, x, w.shape(), sh.opts());
+  }
+
+  ts::Shape out_shape(pass p) const {
+    return p == pass::fwd ? dy.shape() : p == pass::bwd_data ? x.shape() : w.shape();
+  }
+};
+
+void bm_conv(benchmark::State& st, const conv_shape& s, pass p, bool tf32, bool tessera) {
+  const conv_case cc(s, tf32);
+  const precision_scope scope(tf32 ? ts::matmul_precision::high : ts::matmul_precision::highest);
+  auto out = poisoned<float>(cc.out_shape(p));
+  if (tessera) {
+    auto ref = poisoned<float>(cc.out_shape(p));
+    cc.cudnn(p, ref);
+    const auto got = cc.tessera(p, out);
+    // float: summation order and cuDNN's algorithm (Winograd and FFT round differently); tf32:
+    // both round inputs to tf32, possibly differently.
+    if (!within(st, rel_err(got, ref), tf32 ? 5e-3 : 1e-4, "cuDNN")) return;
+    time_calls(st, [&] { benchmark::DoNotOptimize(cc.tessera(p, out)); });
+  } else {
+    time_calls(st, [&] { cc.cudnn(p, out); });
+  }
+  st.counters["TFLOP/s"] = s.flops() / (st.counters["median_us"] * 1e-6) / 1e12;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  if (!have_gpu()) {
+    std::printf("bench_cuda_conv: no CUDA device visible, nothing to measure\n");
+    return 0;
+  }
+  for (bool tf32 : {false, true})
+    for (pass p : {pass::fwd, pass::bwd_data, pass::bwd_filter})
+      for (const conv_shape& s : bench::all_shapes()) {
+        if (p == pass::bwd_data && !s.input_grad) continue;
+        for (bool tessera : {true, false})
+          add_timed(std::string("conv_") + pass_name(p) + (tf32 ? "/tf32/" : "/fp32/") +
+                        (tessera ? "tessera/" : "cudnn/") + s.name,
+                    30, [=](benchmark::State& st) { bm_conv(st, s, p, tf32, tessera); });
+      }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,64 @@
+// bench_cuda_train - one training step (forward, cross-entropy, backward, SGD with momentum) of
+// the Fashion-MNIST CNN and MLP at batch 64 on CUDA tensors: the example's models
+// (examples/fashion_mnist_model.hpp), with the options and input sizes of bench_train (CPU). Its PyTorch counterpart on the same GPU is bench/torch_cuda_step.py
+// (PyTorch's CUDA build is a Python package on GPU machines; this project's LibTorch is
+// CPU-only), which prints its medians in the same units; scripts/cuda_report.py pairs them.
+//
+//   train_step/<model>/tessera/64     counters: median_us, samples/s (from the median)
+//
+// Each step is timed with events on tessera's stream, from before the forward pass to after the
+// optimizer's update; nothing is read back to the host inside the step except what tessera
+// itself reads (cross_entropy checks the labels on the host). Without a GPU the program says so
+// and exits 0.
+#include <cstdio>
+#include <tessera/nn.hpp>
+#include <tessera/optim.hpp>
+
+#include "../examples/fashion_mnist_model.hpp"
+#include "cuda_bench.cuh"
+
+namespace {
+using namespace cuda_bench;
+
+constexpr int64_t kBatch = 64;
+
+void bm_train_step(benchmark::State& st, bool cnn) {
+  auto model = fashion_mnist::make_model<ts::cuda>(cnn ? "cnn" : "mlp");
+  ts::optim::SGD opt(model.parameters(), {.lr = 0.01, .momentum = 0.9});
+  ts::Generator rng(7);
+  const auto images = ts::randn<float, ts::cpu>({kBatch, 1, 28, 28}, rng).to<ts::cuda>();
+  const auto labels = ts::randint<int64_t, ts::cpu>(0, 10, {kBatch}, rng).to<ts::cuda>();
+  const auto step = [&] {
+    auto loss = ts::nn::cross_entropy(model(images), labels);
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+  };
+  // A finite loss after a few steps: the step trains (a NaN here means a broken kernel).
+  for (int i = 0; i < 3; ++i) step();
+  const float loss = ts::nn::cross_entropy(model(images), labels).item();
+  if (!std::isfinite(loss)) {
+    st.SkipWithError(("training step gave loss " + std::to_string(loss)).c_str());
+    return;
+  }
+  st.counters["loss"] = loss;
+  time_calls(st, step);
+  st.counters["samples/s"] = double(kBatch) / (st.counters["median_us"] * 1e-6);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  if (!have_gpu()) {
+    std::printf("bench_cuda_train: no CUDA device visible, nothing to measure\n");
+    return 0;
+  }
+  add_timed("train_step/cnn/tessera/64", 200, [](benchmark::State& st) { bm_train_step(st, true); });
+  add_timed("train_step/mlp/tessera/64", 200,
+            [](benchmark::State& st) { bm_train_step(st, false); });
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

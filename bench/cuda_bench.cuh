@@ -1,0 +1,120 @@
+// cuda_bench.cuh - what the CUDA benchmark programs (bench_cuda*.cu) share: error checks, event
+// timing on tessera's stream, registration of manually timed benchmarks, poisoned outputs and
+// the relative error that checks tessera against the anchor before anything is timed.
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <tessera/cuda.hpp>
+#include <type_traits>
+#include <vector>
+
+namespace cuda_bench {
+namespace ts = tessera;
+
+template <class T>
+using DevT = ts::Tensor<T, ts::cuda>;
+
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+/// Whether a CUDA device is visible (the programs exit 0 with a message when not).
+inline bool have_gpu() {
+  int devices = 0;
+  return cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
+}
+
+/// Times calls of f with events on tessera's stream (where the anchors are also set to run): one
+/// warm-up call, then one timed call per benchmark iteration; sets median_us. The time Google
+/// Benchmark reports is the mean of the iterations.
+template <class F>
+void time_calls(benchmark::State& st, F&& f) {
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  const cudaStream_t s = ts::cuda_stream();
+  f();
+  check(cudaStreamSynchronize(s), "warm-up");
+  std::vector<double> us;
+  for (auto _ : st) {
+    check(cudaEventRecord(start, s), "cudaEventRecord");
+    f();
+    check(cudaGetLastError(), "launch");
+    check(cudaEventRecord(stop, s), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    st.SetIterationTime(ms * 1e-3);
+    us.push_back(ms * 1e3);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(us.begin(), us.end());
+  st.counters["median_us"] = us.empty() ? 0.0 : us[us.size() / 2];
+}
+
+/// Registers a manually timed benchmark running body(state); an exception (a failed CUDA or
+/// library call) fails that benchmark with its message instead of ending the program.
+template <class Body>
+void add_timed(const std::string& name, int iterations, Body body) {
+  benchmark::RegisterBenchmark(name.c_str(),
+                               [body](benchmark::State& st) {
+                                 try {
+                                   body(st);
+                                 } catch (const std::exception& e) {
+                                   st.SkipWithError(e.what());
+                                 }
+                               })
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond)
+      ->Iterations(iterations);
+}
+
+/// A device tensor every element of which says "not written": NaN, or a sentinel for integers.
+template <class T>
+DevT<T> poisoned(const ts::Shape& s) {
+  if constexpr (std::is_integral_v<T>)
+    return ts::full<T, ts::cuda>(s, T(0x7eadbeef));
+  else
+    return ts::full<T, ts::cuda>(s, T(std::numeric_limits<float>::quiet_NaN()));
+}
+
+/// ‖x − y‖ / ‖y‖ over host copies in double (NaN if x has a NaN: an unwritten element).
+template <class T>
+double rel_err(const DevT<T>& x, const DevT<T>& y) {
+  const auto a = x.template astype<double>().template to<ts::cpu>().to_vector();
+  const auto b = y.template astype<double>().template to<ts::cpu>().to_vector();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return std::sqrt(num / (den > 0 ? den : 1));
+}
+
+/// Sets rel_err and fails the benchmark (returning false) when it exceeds tol.
+inline bool within(benchmark::State& st, double err, double tol, const char* anchor) {
+  st.counters["rel_err"] = err;
+  if (err <= tol) return true;
+  st.SkipWithError(("tessera differs from " + std::string(anchor) + ": rel_err " +
+                    std::to_string(err))
+                       .c_str());
+  return false;
+}
+
+/// Scopes a float32 matmul precision (tf32 rows), restoring the previous one on exit.
+struct precision_scope {
+  ts::matmul_precision saved = ts::get_float32_matmul_precision();
+  explicit precision_scope(ts::matmul_precision p) { ts::set_float32_matmul_precision(p); }
+  ~precision_scope() { ts::set_float32_matmul_precision(saved); }
+  precision_scope(const precision_scope&) = delete;
+  precision_scope& operator=(const precision_scope&) = delete;
+};
+
+}  // namespace cuda_bench

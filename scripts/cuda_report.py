@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Turns one GPU run of the CUDA benchmarks into the markdown tables of docs/benchmarks.md
+("CUDA") and checks the CUDA issue's acceptance ratios.
+
+    cuda_report.py RESULTS_DIR [PLOT.png] > table.md
+
+RESULTS_DIR holds what scripts/gpu_check.sh wrote: bench_cuda.json, bench_cuda_conv.json,
+bench_cuda_train.json (Google Benchmark JSON) and torch_cuda_step.json (bench/torch_cuda_step.py).
+Any of them may be missing; its tables are then left out. Rows are paired by name: every
+benchmark is <family>/<variant>/<impl>/<case> (GEMM: gemm_<type>/<impl>/<shape>), and the ratio
+is the anchor's median time over tessera's (above 1: tessera faster). Ratios are only
+meaningful within one run."""
+import json
+import os
+import re
+import sys
+from collections import defaultdict
+
+# The acceptance targets of the CUDA issue: (table, variant filter, cases, minimum ratio).
+GEMM_TARGETS = {"fp32": 0.9, "bf16": 0.75, "fp16": 0.75, "tf32": 0.7, "int8": 0.7}
+CONV_TARGET = 0.7  # forward, ResNet shapes, vs cuDNN
+STREAM_TARGET = 0.9  # map / sum vs the copy ceiling
+TRAIN_TARGET = 2.0  # tessera's CNN step at most 0.5x PyTorch's time
+
+
+def load(path):
+    """name -> benchmark row (median_us and counters), skipping errored rows (kept as errors)."""
+    if not os.path.exists(path):
+        return None
+    rows = {}
+    for b in json.load(open(path))["benchmarks"]:
+        name = re.sub(r"/manual_time$", "", b["name"])
+        rows[name] = b
+    return rows
+
+
+def median(row):
+    if row is None or row.get("error_occurred"):
+        return None
+    return row.get("median_us")
+
+
+def fmt(x, spec=".1f"):
+    return "" if x is None else format(x, spec)
+
+
+def gemm_table(rows, out, verdicts):
+    pairs = defaultdict(dict)  # (type, shape) -> impl -> row
+    for name, r in rows.items():
+        m = re.match(r"gemm_(\w+)/(tessera|cublas)/(\S+)$", name)
+        if m:
+            pairs[(m.group(1), m.group(3))][m.group(2)] = r
+    out.append("| GEMM | m x k x n | tessera TFLOP/s | cuBLAS TFLOP/s | tessera / cuBLAS | rel_err |")
+    out.append("|---|---|---:|---:|---:|---:|")
+    for (typ, shape), impl in sorted(pairs.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        t, c = impl.get("tessera"), impl.get("cublas")
+        tm, cm = median(t), median(c)
+        ratio = cm / tm if tm and cm else None
+        err = t.get("rel_err") if t else None
+        note = f" ({t.get('error_message')})" if t and t.get("error_occurred") else ""
+        out.append(f"| {typ} | {shape} | {fmt(t and t.get('TFLOP/s'))}{note} | "
+                   f"{fmt(c and c.get('TFLOP/s'))} | {fmt(ratio, '.2f')} | {fmt(err, '.1e')} |")
+        dims = [int(d) for d in shape.split("x")]
+        if typ in GEMM_TARGETS and min(dims) >= 4096:
+            verdicts.append((f"GEMM {typ} {shape} >= {GEMM_TARGETS[typ]}x cuBLAS", ratio,
+                             GEMM_TARGETS[typ]))
+
+
+def conv_table(rows, out, verdicts):
+    pairs = defaultdict(dict)  # (pass, math, shape) -> impl -> row
+    for name, r in rows.items():
+        m = re.match(r"conv_(\w+)/(\w+)/(tessera|cudnn)/(\w+)$", name)
+        if m:
+            pairs[(m.group(1), m.group(2), m.group(4))][m.group(3)] = r
+    out.append("| pass | math | shape | tessera TFLOP/s | cuDNN TFLOP/s | tessera / cuDNN | rel_err |")
+    out.append("|---|---|---|---:|---:|---:|---:|")
+    for (p, math, shape), impl in sorted(pairs.items()):
+        t, c = impl.get("tessera"), impl.get("cudnn")
+        tm, cm = median(t), median(c)
+        ratio = cm / tm if tm and cm else None
+        out.append(f"| {p} | {math} | {shape} | {fmt(t and t.get('TFLOP/s'), '.2f')} | "
+                   f"{fmt(c and c.get('TFLOP/s'), '.2f')} | {fmt(ratio, '.2f')} | "
+                   f"{fmt(t and t.get('rel_err'), '.1e')} |")
+        if p == "fwd" and shape.startswith("resnet"):
+            verdicts.append((f"conv fwd {math} {shape} >= {CONV_TARGET}x cuDNN", ratio,
+                             CONV_TARGET))
+
+
+def stream_table(rows, out, verdicts):
+    copy = next((r for n, r in rows.items() if n.startswith("ceiling/copy_d2d")), None)
+    if copy is None:
+        return
+    out.append("| op | GB/s | vs device-to-device copy |")
+    out.append("|---|---:|---:|")
+    out.append(f"| cudaMemcpy D2D (ceiling) | {fmt(copy.get('GB/s'), '.0f')} | 1.00 |")
+    for name, r in sorted(rows.items()):
+        if name.startswith("stream/"):
+            ratio = r.get("GB/s") / copy.get("GB/s") if median(r) and median(copy) else None
+            out.append(f"| {name} | {fmt(r.get('GB/s'), '.0f')} | {fmt(ratio, '.2f')} |")
+            verdicts.append((f"{name} >= {STREAM_TARGET}x copy bandwidth", ratio, STREAM_TARGET))
+
+
+def train_table(tessera, torch, out, verdicts):
+    rows = dict(tessera or {})
+    rows.update(torch or {})
+    out.append("| training step (batch 64) | tessera ms | PyTorch ms | PyTorch / tessera |")
+    out.append("|---|---:|---:|---:|")
+    for model in ("cnn", "mlp"):
+        t = median(rows.get(f"train_step/{model}/tessera/64"))
+        p = median(rows.get(f"train_step/{model}/torch/64"))
+        ratio = p / t if t and p else None
+        out.append(f"| {model} | {fmt(t and t / 1e3, '.3f')} | {fmt(p and p / 1e3, '.3f')} | "
+                   f"{fmt(ratio, '.2f')} |")
+        if model == "cnn":
+            verdicts.append(("CNN step <= 0.5x PyTorch's time", ratio, TRAIN_TARGET))
+
+
+def plot(rows, path):
+    try:
+        import matplotlib
+    except ImportError:
+        print("cuda_report: matplotlib not found, no plot", file=sys.stderr)
+        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    bars = []
+    for name, r in rows.items():
+        m = re.match(r"gemm_(\w+)/tessera/(\d+x\d+x\d+)$", name)
+        if m and m.group(2).split("x")[0] in ("4096", "8192"):
+            ref = rows.get(name.replace("/tessera/", "/cublas/"))
+            if median(r) and median(ref):
+                bars.append((f"{m.group(1)} {m.group(2)}", median(ref) / median(r)))
+    if not bars:
+        return
+    fig, ax = plt.subplots(figsize=(9, 0.4 * len(bars) + 1.2))
+    ax.barh([b[0] for b in bars], [b[1] for b in bars])
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_xlabel("tessera / cuBLAS throughput")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    d = sys.argv[1]
+    gemm = load(os.path.join(d, "bench_cuda.json"))
+    conv = load(os.path.join(d, "bench_cuda_conv.json"))
+    train = load(os.path.join(d, "bench_cuda_train.json"))
+    torch = load(os.path.join(d, "torch_cuda_step.json"))
+    out, verdicts = [], []
+    if gemm:
+        stream_table(gemm, out, verdicts)
+        out.append("")
+        gemm_table(gemm, out, verdicts)
+        out.append("")
+    if conv:
+        conv_table(conv, out, verdicts)
+        out.append("")
+    if train or torch:
+        train_table(train, torch, out, verdicts)
+        out.append("")
+    out.append("| acceptance target | measured | met |")
+    out.append("|---|---:|---|")
+    for what, ratio, target in verdicts:
+        met = "not measured" if ratio is None else ("yes" if ratio >= target else "no")
+        out.append(f"| {what} | {fmt(ratio, '.2f')} | {met} |")
+    print("\n".join(out))
+    if len(sys.argv) > 2 and gemm:
+        plot(gemm, sys.argv[2])
+
+
+if __name__ == "__main__":
+    main()
