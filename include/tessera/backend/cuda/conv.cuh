@@ -2,18 +2,20 @@
 // weight gradient as lowering kernels around the CUDA GEMM (gemm_kernel<cuda>), plus the fused
 // ReLU-mask and bias gradient.
 //
-// Forward: per chunk of images and per group, im2col writes the [cg * r * s, ho * wo] matrix of
-// each image, and one batched GEMM multiplies the group's weights [kg, cg * r * s] by it, with
-// the bias (per row) and ReLU in its epilogue. 1x1 stride-1 unpadded convolutions skip the
-// lowering (the images are the matrices). Input gradient: W^T dy into a column matrix, then
-// col2im gathers each input element's taps (each element written once: no atomics). Weight
-// gradient: the chunk's columns and dy laid side by side along the pixel axis, so one GEMM per
-// chunk and group sums over the chunk's images, chunks accumulating with beta = 1 in order.
-// Every sum has a fixed order, so results are reproducible run to run.
+// Forward: implicit GEMM. Per group, one batched GEMM over all images multiplies the group's
+// weights [kg, cg * r * s] by each image's lowered matrix [cg * r * s, ho * wo], with the bias
+// (per row) and ReLU in its epilogue, but the lowered matrix is never stored: the GEMM kernels
+// gather its tiles from the image while loading them (cuda_conv_gather, through a table of the
+// taps' offsets). 1x1 stride-1 unpadded convolutions need no gather (the images are the
+// matrices); geometries beyond 32-bit positions fall back to im2col into device memory. Input
+// gradient: W^T dy into a column matrix, then col2im gathers each input element's taps (each
+// element written once: no atomics). Weight gradient: the chunk's columns and dy laid side by side
+// along the pixel axis, so one GEMM per chunk and group sums over the chunk's images, chunks
+// accumulating with beta = 1 in order. Every sum has a fixed order, so results are reproducible run
+// to run.
 //
-// This is the correctness baseline: the lowering goes through device memory (chunks of at most
-// cuda_conv_chunk_bytes). Implicit GEMM (lowering tiles in shared memory inside the GEMM) is the
-// planned fast path; see docs/cuda.md.
+// The gradients lower through device memory (chunks of at most cuda_conv_chunk_bytes); see
+// docs/cuda.md.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -131,6 +133,33 @@ __global__ void __launch_bounds__(cuda_conv_threads)
   }
 }
 
+/// The implicit-GEMM table of g's taps (one per row kk of the lowered matrix). A template only
+/// so that the header may define it in every translation unit.
+template <class Tap>
+__global__ void __launch_bounds__(cuda_conv_threads) cuda_conv_taps(conv_geometry g, Tap* taps) {
+  const int64_t rs = g.r * g.s, total = g.c / g.groups * rs;
+  const int64_t step = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t kk = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; kk < total; kk += step) {
+    const int64_t ci = kk / rs, i = kk % rs / g.s, j = kk % g.s;
+    const int64_t dy = i * g.dil_h, dx = j * g.dil_w;
+    taps[kk] = Tap{static_cast<int32_t>((ci * g.h + dy) * g.w + dx), static_cast<int32_t>(dy),
+                   static_cast<int32_t>(dx), 0};
+  }
+}
+
+/// Whether the implicit GEMM's 32-bit positions hold g: every tap offset within a group's
+/// channels ((ci * h + dy) * w + dx), and every input coordinate an output pixel reaches, below
+/// 2^30.
+inline bool cuda_conv_implicit_fits(const conv_geometry& g) {
+  constexpr int64_t lim = int64_t{1} << 30;
+  if (g.h <= 0 || g.w <= 0 || g.h >= lim || g.w >= lim || g.pad_top >= lim || g.pad_left >= lim)
+    return false;
+  if (g.ho * g.stride_h + g.r * g.dil_h >= lim || g.wo * g.stride_w + g.s * g.dil_w >= lim)
+    return false;
+  return (g.cg() * g.h + g.r * g.dil_h) < lim / g.w &&
+         (g.cg() * g.h + g.r * g.dil_h) * g.w + g.s * g.dil_w < lim;
+}
+
 /// Images per chunk when each needs `bytes_per_image` of lowered data (0: no lowering).
 inline int64_t cuda_conv_chunk(int64_t n, int64_t bytes_per_image) {
   if (bytes_per_image <= 0) return n < 1 ? 1 : n;
@@ -159,6 +188,7 @@ struct conv_kernel<cuda> {
     const int64_t cg = g.c / g.groups, kg = g.k / g.groups, K = cg * g.r * g.s, P = g.ho * g.wo;
     if (g.n == 0 || g.k == 0 || P == 0) return;
     const bool direct = g.is_pointwise();  // the images are the column matrices
+    if (!direct && detail::cuda_conv_implicit_fits(g)) return run_implicit(p);
     const int64_t nb = detail::cuda_conv_chunk(g.n, direct ? 0 : K * P * int64_t{sizeof(TX)});
     detail::cuda_scratch col(direct ? 0 : static_cast<size_t>(nb * K * P) * sizeof(TX));
     std::vector<int64_t> b_off(static_cast<size_t>(nb)), c_off(static_cast<size_t>(nb));
@@ -189,6 +219,46 @@ struct conv_kernel<cuda> {
         q.batch = cnt, q.b_offsets = b_off.data(), q.c_offsets = c_off.data();
         gemm_kernel<cuda>::run(q);
       }
+    }
+  }
+
+  /// The forward pass as implicit GEMM: per group, one batched product over every image whose
+  /// B operand the GEMM kernels gather from the image as they load it (cuda_conv_gather), so
+  /// no lowered matrix is written or read.
+  template <class TX, class TW, class Acc>
+  static void run_implicit(const detail::conv_forward_problem<TX, TW, Acc>& p) {
+    const detail::conv_geometry& g = p.g;
+    const int64_t cg = g.c / g.groups, kg = g.k / g.groups, K = cg * g.r * g.s, P = g.ho * g.wo;
+    detail::cuda_scratch taps(static_cast<size_t>(K) * sizeof(detail::cuda_conv_tap));
+    auto* table = static_cast<detail::cuda_conv_tap*>(taps.get());
+    detail::cuda_conv_launch("cuda_conv_taps", detail::cuda_conv_taps<detail::cuda_conv_tap>, K, g,
+                             table);
+    const detail::cuda_conv_gather gather{table,
+                                          static_cast<int32_t>(g.h),
+                                          static_cast<int32_t>(g.w),
+                                          static_cast<int32_t>(g.wo),
+                                          static_cast<int32_t>(g.stride_h),
+                                          static_cast<int32_t>(g.stride_w),
+                                          static_cast<int32_t>(g.pad_top),
+                                          static_cast<int32_t>(g.pad_left)};
+    std::vector<int64_t> b_off(static_cast<size_t>(g.n)), c_off(static_cast<size_t>(g.n));
+    for (int64_t b = 0; b < g.n; ++b) {
+      b_off[static_cast<size_t>(b)] = b * g.c * g.h * g.w;
+      c_off[static_cast<size_t>(b)] = b * g.k * P;
+    }
+    for (int64_t grp = 0; grp < g.groups; ++grp) {
+      detail::gemm_problem<TW, TX, Acc> q;
+      q.m = kg, q.n = P, q.k = K;
+      q.a = p.w + grp * kg * K, q.a_rs = K, q.a_cs = 1;
+      q.b = p.x + grp * cg * g.h * g.w, q.b_rs = P, q.b_cs = 1;  // read through the gather
+      q.c = p.y + grp * kg * P, q.c_rs = P, q.c_cs = 1;
+      if (p.bias) {
+        q.bias = p.bias + grp * kg, q.bias_stride = 1;
+        q.bias_kind = detail::gemm_bias::per_row;
+      }
+      q.relu = p.relu;
+      q.batch = g.n, q.b_offsets = b_off.data(), q.c_offsets = c_off.data();
+      detail::cuda_gemm_run<true>(q, gather);
     }
   }
 

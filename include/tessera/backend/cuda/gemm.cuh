@@ -76,10 +76,24 @@ __device__ __forceinline__ void cuda_gemm_load_b(const TB* b, int64_t b_rs, int6
   }
 }
 
+/// The [8 x 128] slice of an implicit-GEMM B (a convolution's input, see cuda_conv_gather) in
+/// cuda_gemm_load_b's column-fast layout.
+template <class Acc, class TA, class TB>
+__device__ __forceinline__ void cuda_gemm_gather_b(const TB* image,
+                                                   const cuda_gemm_args<TA, TB, Acc>& p, int64_t k0,
+                                                   int64_t n0, Acc (&r)[4], int (&row)[4],
+                                                   int (&col)[4]) {
+  const int t = threadIdx.x;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) row[j] = t / 128 + 2 * j, col[j] = t % 128;
+  cuda_conv_gather_load(image, p.conv, p.k, p.n, k0, n0, t / 128, t % 128, 2, r,
+                        [](TB v) { return cuda_gemm_in<Acc>(v); });
+}
+
 /// One 128 x 128 tile of matrix blockIdx.z (+ 65535 * i for large batches) per block. Thread
 /// (ty, tx) = (t / 16, t % 16) owns rows ty + 16 i and columns tx + 16 j (i, j < 8): a warp's
 /// shared-memory reads of B are 16 consecutive words, of A two broadcast words.
-template <class TA, class TB, class Acc>
+template <class TA, class TB, class Acc, bool Gather = false>
 __global__ void __launch_bounds__(cuda_gemm_threads)
     cuda_gemm_simt(cuda_gemm_args<TA, TB, Acc> p, int64_t batch) {
   constexpr int BM = cuda_gemm_bm, BN = cuda_gemm_bn, BK = cuda_gemm_bk;
@@ -100,8 +114,14 @@ __global__ void __launch_bounds__(cuda_gemm_threads)
     if (p.alpha != Acc(0)) {
       Acc ra[4], rb[4];
       int ar[4], ac[4], br[4], bc[4];
+      const auto load_b = [&](int64_t k0) {
+        if constexpr (Gather)
+          cuda_gemm_gather_b(b, p, k0, n0, rb, br, bc);
+        else
+          cuda_gemm_load_b<Acc>(b, p.b_rs, p.b_cs, p.k, p.n, k0, n0, rb, br, bc);
+      };
       cuda_gemm_load_a<Acc>(a, p.a_rs, p.a_cs, p.m, p.k, m0, 0, ra, ar, ac);
-      cuda_gemm_load_b<Acc>(b, p.b_rs, p.b_cs, p.k, p.n, 0, n0, rb, br, bc);
+      load_b(0);
       int buf = 0;
 #pragma unroll
       for (int j = 0; j < 4; ++j) As[0][ac[j]][ar[j]] = ra[j], Bs[0][br[j]][bc[j]] = rb[j];
@@ -110,7 +130,7 @@ __global__ void __launch_bounds__(cuda_gemm_threads)
         const bool more = k0 + BK < p.k;
         if (more) {  // the next slice, into registers, while this one is multiplied
           cuda_gemm_load_a<Acc>(a, p.a_rs, p.a_cs, p.m, p.k, m0, k0 + BK, ra, ar, ac);
-          cuda_gemm_load_b<Acc>(b, p.b_rs, p.b_cs, p.k, p.n, k0 + BK, n0, rb, br, bc);
+          load_b(k0 + BK);
         }
 #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
@@ -185,6 +205,46 @@ class cuda_batch_offsets {
 
 }  // namespace detail
 
+namespace detail {
+
+/// Runs a gemm_problem on the device (see gemm_kernel<cuda>). With Gather (implicit-GEMM
+/// convolution: only the convolution instantiates it), B is read through `gather` instead of
+/// through pr.b's strides; pr.b then points to the images' first channel of the group, and
+/// pr.b_offsets to each image.
+template <bool Gather, class TA, class TB, class Acc>
+void cuda_gemm_run(const gemm_problem<TA, TB, Acc>& pr, const cuda_conv_gather& gather = {}) {
+  if (pr.m <= 0 || pr.n <= 0 || pr.batch <= 0) return;
+  const cuda_batch_offsets off(pr.a_offsets, pr.b_offsets, pr.c_offsets, pr.batch);
+  cuda_gemm_args<TA, TB, Acc> p{pr.m,     pr.n,    pr.k,    pr.a,           pr.a_rs,      pr.a_cs,
+                                pr.b,     pr.b_rs, pr.b_cs, pr.c,           pr.c_rs,      pr.c_cs,
+                                pr.alpha, pr.beta, pr.bias, pr.bias_stride, pr.bias_kind, pr.relu,
+                                off.a(),  off.b(), off.c(), gather};
+  // alpha == 0 or k == 0: a and b are not read (the kernel skips the product loop).
+  if (pr.k == 0) p.alpha = Acc(0);
+  const int64_t gx = (pr.n + cuda_gemm_bn - 1) / cuda_gemm_bn;
+  const int64_t gy = (pr.m + cuda_gemm_bm - 1) / cuda_gemm_bm;
+  if (gx > 0x7fffffff || gy > 65535)
+    fail<shape_error>("matmul", "matrix of ", pr.m, " x ", pr.n,
+                      " exceeds the CUDA grid (at most 65535 * 128 rows)");
+  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy),
+                  static_cast<unsigned>(pr.batch < 65535 ? pr.batch : 65535));
+  using Cfg = typename cuda_tc_select<TA, TB, Acc>::type;
+  if constexpr (!std::is_void_v<Cfg>) {
+    static_assert(cuda_tc_bm == cuda_gemm_bm && cuda_tc_bn == cuda_gemm_bn);  // the same grid
+    const auto kernel = cuda_gemm_tc<Cfg, TA, TB, Gather>;
+    // Once per kernel (not per device: a process is assumed to see one GPU generation).
+    static const bool tensor_cores = cuda_built_for(kernel, 80);
+    if (tensor_cores && Cfg::allowed()) {
+      cuda_launch("cuda_gemm_tc", kernel, grid, dim3(cuda_tc_threads), p, pr.batch);
+      return;
+    }
+  }
+  cuda_launch("cuda_gemm_simt", cuda_gemm_simt<TA, TB, Acc, Gather>, grid, dim3(cuda_gemm_threads),
+              p, pr.batch);
+}
+
+}  // namespace detail
+
 namespace backend {
 
 template <>
@@ -193,36 +253,7 @@ struct gemm_kernel<cuda> {
   /// a, b, c, bias point to device memory; the offset arrays are host arrays.
   template <class TA, class TB, class Acc>
   static void run(const detail::gemm_problem<TA, TB, Acc>& pr) {
-    if (pr.m <= 0 || pr.n <= 0 || pr.batch <= 0) return;
-    const detail::cuda_batch_offsets off(pr.a_offsets, pr.b_offsets, pr.c_offsets, pr.batch);
-    detail::cuda_gemm_args<TA, TB, Acc> p{
-        pr.m,    pr.n,           pr.k,         pr.a,    pr.a_rs, pr.a_cs,  pr.b,
-        pr.b_rs, pr.b_cs,        pr.c,         pr.c_rs, pr.c_cs, pr.alpha, pr.beta,
-        pr.bias, pr.bias_stride, pr.bias_kind, pr.relu, off.a(), off.b(),  off.c()};
-    // alpha == 0 or k == 0: a and b are not read (the kernel skips the product loop).
-    if (pr.k == 0) p.alpha = Acc(0);
-    const int64_t gx = (pr.n + detail::cuda_gemm_bn - 1) / detail::cuda_gemm_bn;
-    const int64_t gy = (pr.m + detail::cuda_gemm_bm - 1) / detail::cuda_gemm_bm;
-    if (gx > 0x7fffffff || gy > 65535)
-      detail::fail<shape_error>("matmul", "matrix of ", pr.m, " x ", pr.n,
-                                " exceeds the CUDA grid (at most 65535 * 128 rows)");
-    const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy),
-                    static_cast<unsigned>(pr.batch < 65535 ? pr.batch : 65535));
-    using Cfg = typename detail::cuda_tc_select<TA, TB, Acc>::type;
-    if constexpr (!std::is_void_v<Cfg>) {
-      static_assert(detail::cuda_tc_bm == detail::cuda_gemm_bm &&
-                    detail::cuda_tc_bn == detail::cuda_gemm_bn);  // the same grid
-      const auto kernel = detail::cuda_gemm_tc<Cfg, TA, TB>;
-      // Once per kernel (not per device: a process is assumed to see one GPU generation).
-      static const bool tensor_cores = detail::cuda_built_for(kernel, 80);
-      if (tensor_cores && Cfg::allowed()) {
-        detail::cuda_launch("cuda_gemm_tc", kernel, grid, dim3(detail::cuda_tc_threads), p,
-                            pr.batch);
-        return;
-      }
-    }
-    detail::cuda_launch("cuda_gemm_simt", detail::cuda_gemm_simt<TA, TB, Acc>, grid,
-                        dim3(detail::cuda_gemm_threads), p, pr.batch);
+    detail::cuda_gemm_run<false>(pr);
   }
 };
 

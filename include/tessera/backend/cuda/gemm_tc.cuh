@@ -225,10 +225,11 @@ __device__ __forceinline__ void cuda_tc_store(E* tile, bool by_row, const E (&r)
 }
 
 /// One 128 x 128 tile of matrix blockIdx.z (+ 65535 * i for large batches) per block, on the
-/// tensor cores of family Cfg. Same arguments and results as cuda_gemm_simt<TA, TB, Acc> up to
-/// the inputs' rounding (tf32 only) and the order of the float additions inside a k step
-/// (which the hardware fixes: results do not depend on the launch).
-template <class Cfg, class TA, class TB>
+/// tensor cores of family Cfg; with Gather, B is a convolution's input read through p.conv. Same
+/// arguments and results as cuda_gemm_simt<TA, TB, Acc> up to the inputs' rounding (tf32 only) and
+/// the order of the float additions inside a k step (which the hardware fixes: results do not
+/// depend on the launch).
+template <class Cfg, class TA, class TB, bool Gather = false>
 __global__ void __launch_bounds__(cuda_tc_threads)
     cuda_gemm_tc(cuda_gemm_args<TA, TB, typename Cfg::acc> p, int64_t batch) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
@@ -259,12 +260,19 @@ __global__ void __launch_bounds__(cuda_tc_threads)
   E ra[NA], rb[NB];
   const auto load = [&](const TA* a, const TB* b, int64_t k0) {
     cuda_tc_load<Cfg, BM, BK>(a, p.a_rs, p.a_cs, p.m, p.k, m0, k0, ra);
-    cuda_tc_load<Cfg, BK, BN>(b, p.b_rs, p.b_cs, p.k, p.n, k0, n0, rb);
+    if constexpr (Gather) {  // implicit GEMM: B from the image, laid out as by_row
+      int row, col;
+      cuda_tc_pos<BK, BN>(true, 0, row, col);
+      cuda_conv_gather_load(b, p.conv, p.k, p.n, k0, n0, row, col, cuda_tc_threads / BN, rb,
+                            [](TB v) { return Cfg::convert(v); });
+    } else {
+      cuda_tc_load<Cfg, BK, BN>(b, p.b_rs, p.b_cs, p.k, p.n, k0, n0, rb);
+    }
   };
   const auto store = [&](int buf) {
     cuda_tc_store<BM, BK>(As + buf * Cfg::a_elems, p.a_cs == 1, ra,
                           [](int r, int c) { return Cfg::a_at(r, c); });
-    cuda_tc_store<BK, BN>(Bs + buf * Cfg::b_elems, p.b_cs == 1, rb,
+    cuda_tc_store<BK, BN>(Bs + buf * Cfg::b_elems, Gather || p.b_cs == 1, rb,
                           [](int r, int c) { return Cfg::b_at(r, c); });
   };
   for (int64_t z = blockIdx.z; z < batch; z += gridDim.z) {
