@@ -58,13 +58,14 @@ class CudaConv : public CudaFixture {};
 using ConvDtypes = ::testing::Types<float, double, ts::half, ts::bfloat16>;
 TYPED_TEST_SUITE(CudaConv, ConvDtypes);
 
-TYPED_TEST(CudaConv, ForwardMatchesCpuWithBiasAndRelu) {
-  using T = TypeParam;
+// Every forward case on the device against the CPU, with and without bias and ReLU.
+template <class T>
+void expect_forward_matches_cpu(const std::string& tag) {
   uint64_t seed = 1;
   for (const auto& c : conv_cases) {
     const auto x = ints<T>(c.x, seed++), w = ints<T>(c.w, seed++);
     const auto bias = ints<T>({c.w[0]}, seed++);
-    const std::string what = std::string("conv2d ") + c.name;
+    const std::string what = tag + c.name;
     const auto want = ts::conv2d(x, w, bias, c.o);
     if (c.x[0] > 0) expect_mostly_nonzero(want, what);
     expect_close(ts::conv2d(x.template to<ts::cuda>(), w.template to<ts::cuda>(),
@@ -77,6 +78,19 @@ TYPED_TEST(CudaConv, ForwardMatchesCpuWithBiasAndRelu) {
         what + " no bias, relu", 0, 0,
         [&](const auto& a, const auto& b) { return ts::conv2d(a, b, o); }, x, w);
   }
+}
+
+TYPED_TEST(CudaConv, ForwardMatchesCpuWithBiasAndRelu) {
+  expect_forward_matches_cpu<TypeParam>("conv2d (implicit GEMM) ");
+}
+
+// The im2col lowering that geometries beyond the implicit GEMM's 32-bit positions take.
+TYPED_TEST(CudaConv, ForwardThroughLoweringMatchesCpu) {
+  struct lowering_only {  // restored however the test ends
+    lowering_only() { ts::detail::cuda_conv_implicit_gemm() = false; }
+    ~lowering_only() { ts::detail::cuda_conv_implicit_gemm() = true; }
+  } scope;
+  expect_forward_matches_cpu<TypeParam>("conv2d (im2col) ");
 }
 
 TYPED_TEST(CudaConv, InputAndWeightGradientsMatchCpu) {

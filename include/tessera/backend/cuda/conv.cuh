@@ -160,6 +160,13 @@ inline bool cuda_conv_implicit_fits(const conv_geometry& g) {
          (g.cg() * g.h + g.r * g.dil_h) * g.w + g.s * g.dil_w < lim;
 }
 
+/// Whether the forward pass may use implicit GEMM (default true). Tests set it to false to run
+/// the im2col lowering that geometries beyond cuda_conv_implicit_fits take.
+inline bool& cuda_conv_implicit_gemm() {
+  static bool enabled = true;
+  return enabled;
+}
+
 /// Images per chunk when each needs `bytes_per_image` of lowered data (0: no lowering).
 inline int64_t cuda_conv_chunk(int64_t n, int64_t bytes_per_image) {
   if (bytes_per_image <= 0) return n < 1 ? 1 : n;
@@ -188,7 +195,8 @@ struct conv_kernel<cuda> {
     const int64_t cg = g.c / g.groups, kg = g.k / g.groups, K = cg * g.r * g.s, P = g.ho * g.wo;
     if (g.n == 0 || g.k == 0 || P == 0) return;
     const bool direct = g.is_pointwise();  // the images are the column matrices
-    if (!direct && detail::cuda_conv_implicit_fits(g)) return run_implicit(p);
+    if (!direct && detail::cuda_conv_implicit_gemm() && detail::cuda_conv_implicit_fits(g))
+      return run_implicit(p);
     const int64_t nb = detail::cuda_conv_chunk(g.n, direct ? 0 : K * P * int64_t{sizeof(TX)});
     detail::cuda_scratch col(direct ? 0 : static_cast<size_t>(nb * K * P) * sizeof(TX));
     std::vector<int64_t> b_off(static_cast<size_t>(nb)), c_off(static_cast<size_t>(nb));
