@@ -226,6 +226,15 @@ int run(const Args& args, const ts::data::Dataset& train, const ts::data::Datase
 
 int main(int argc, char** argv) {
   const Args args = parse(argc, argv);
+#if !defined(FASHION_MNIST_CUDA)
+  if (args.device == "cuda") {  // said before the dataset is loaded
+    std::fprintf(
+        stderr,
+        "fashion_mnist: this build has no CUDA backend; --device cuda needs "
+        "fashion_mnist_cuda (built by nvcc when CMake runs with -DTESSERA_ENABLE_CUDA=ON)\n");
+    return 2;
+  }
+#endif
   ts::set_num_threads(args.threads);
   ts::nn::manual_seed(args.seed);
   try {
@@ -236,16 +245,10 @@ int main(int argc, char** argv) {
         "tessera fashion_mnist: %s, %lld training and %lld test images (loaded in %.1f s)\n",
         args.model.c_str(), static_cast<long long>(train.size()),
         static_cast<long long>(test.size()), seconds_since(t_load));
-    if (args.device == "cpu") return run<ts::cpu>(args, train, test);
 #if defined(FASHION_MNIST_CUDA)
-    return run<ts::cuda>(args, train, test);
-#else
-    std::fprintf(
-        stderr,
-        "fashion_mnist: this build has no CUDA backend; --device cuda needs "
-        "fashion_mnist_cuda (built by nvcc when CMake runs with -DTESSERA_ENABLE_CUDA=ON)\n");
-    return 2;
+    if (args.device == "cuda") return run<ts::cuda>(args, train, test);
 #endif
+    return run<ts::cpu>(args, train, test);
   } catch (const ts::error& e) {
     std::fprintf(stderr, "fashion_mnist: %s\n", e.what());
     return 1;
