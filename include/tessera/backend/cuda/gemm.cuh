@@ -102,9 +102,9 @@ __global__ void __launch_bounds__(cuda_gemm_threads)
   const int t = threadIdx.x, tx = t % 16, ty = t / 16;
   const int64_t m0 = int64_t{blockIdx.y} * BM, n0 = int64_t{blockIdx.x} * BN;
   for (int64_t z = blockIdx.z; z < batch; z += gridDim.z) {
-    const TA* a = p.a + (p.a_off ? p.a_off[z] : 0);
-    const TB* b = p.b + (p.b_off ? p.b_off[z] : 0);
-    Acc* c = p.c + (p.c_off ? p.c_off[z] : 0);
+    const TA* a = p.a + cuda_batch_offset(p.a_off, p.a_bs, z);
+    const TB* b = p.b + cuda_batch_offset(p.b_off, p.b_bs, z);
+    Acc* c = p.c + cuda_batch_offset(p.c_off, p.c_bs, z);
     Acc acc[8][8];
 #pragma unroll
     for (int i = 0; i < 8; ++i)
@@ -169,13 +169,20 @@ __global__ void __launch_bounds__(cuda_gemm_threads)
   }
 }
 
-/// The three batch-offset arrays of a product in one device buffer (one copy, one wait), for
-/// the duration of the product; freed to the cache after the kernel is queued (the stream
-/// orders the block's next user after the kernel).
+/// The batch offsets of a product as the kernels read them. Offsets that are multiples of the
+/// batch index (contiguous batches, a convolution's images, broadcast operands: stride 0) become
+/// strides, passed by value: no copy, and no wait for the GPU. Otherwise the three arrays go to
+/// the device in one buffer (one copy, which waits for the stream) for the duration of the
+/// product, freed to the cache after the kernel is queued (the stream orders the block's next
+/// user after the kernel).
 class cuda_batch_offsets {
  public:
   cuda_batch_offsets(const int64_t* a, const int64_t* b, const int64_t* c, int64_t batch) {
-    if (batch <= 0 || (!a && !b && !c)) return;
+    if (batch <= 0) return;
+    const bool affine = strided(a, batch, stride_[0]) && strided(b, batch, stride_[1]) &&
+                        strided(c, batch, stride_[2]);
+    if (affine) return;
+    stride_[0] = stride_[1] = stride_[2] = 0;
     const size_t n = static_cast<size_t>(batch);
     std::vector<int64_t> host(3 * n, 0);
     for (size_t i = 0; i < n; ++i) {
@@ -193,14 +200,28 @@ class cuda_batch_offsets {
   }
   cuda_batch_offsets(const cuda_batch_offsets&) = delete;
   cuda_batch_offsets& operator=(const cuda_batch_offsets&) = delete;
+  /// Device arrays (null when the offsets are strides).
   const int64_t* a() const { return dev_; }
   const int64_t* b() const { return dev_ ? dev_ + batch_ : nullptr; }
   const int64_t* c() const { return dev_ ? dev_ + 2 * batch_ : nullptr; }
+  /// The strides (0 when the offsets are arrays or absent).
+  int64_t a_stride() const { return stride_[0]; }
+  int64_t b_stride() const { return stride_[1]; }
+  int64_t c_stride() const { return stride_[2]; }
 
  private:
+  /// Whether off[z] == z * stride for every z (a null array: stride 0).
+  static bool strided(const int64_t* off, int64_t batch, int64_t& stride) {
+    stride = off && batch > 1 ? off[1] - off[0] : 0;
+    if (!off) return true;
+    for (int64_t z = 0; z < batch; ++z)
+      if (off[z] != z * stride) return false;
+    return true;
+  }
   int64_t* dev_ = nullptr;
   int64_t batch_ = 0;
   size_t bytes_ = 0;
+  int64_t stride_[3] = {0, 0, 0};
 };
 
 }  // namespace detail
@@ -215,10 +236,11 @@ template <bool Gather, class TA, class TB, class Acc>
 void cuda_gemm_run(const gemm_problem<TA, TB, Acc>& pr, const cuda_conv_gather& gather = {}) {
   if (pr.m <= 0 || pr.n <= 0 || pr.batch <= 0) return;
   const cuda_batch_offsets off(pr.a_offsets, pr.b_offsets, pr.c_offsets, pr.batch);
-  cuda_gemm_args<TA, TB, Acc> p{pr.m,     pr.n,    pr.k,    pr.a,           pr.a_rs,      pr.a_cs,
-                                pr.b,     pr.b_rs, pr.b_cs, pr.c,           pr.c_rs,      pr.c_cs,
-                                pr.alpha, pr.beta, pr.bias, pr.bias_stride, pr.bias_kind, pr.relu,
-                                off.a(),  off.b(), off.c(), gather};
+  cuda_gemm_args<TA, TB, Acc> p{
+      pr.m,           pr.n,           pr.k,           pr.a,    pr.a_rs, pr.a_cs,  pr.b,
+      pr.b_rs,        pr.b_cs,        pr.c,           pr.c_rs, pr.c_cs, pr.alpha, pr.beta,
+      pr.bias,        pr.bias_stride, pr.bias_kind,   pr.relu, off.a(), off.b(),  off.c(),
+      off.a_stride(), off.b_stride(), off.c_stride(), gather};
   // alpha == 0 or k == 0: a and b are not read (the kernel skips the product loop).
   if (pr.k == 0) p.alpha = Acc(0);
   const int64_t gx = (pr.n + cuda_gemm_bn - 1) / cuda_gemm_bn;

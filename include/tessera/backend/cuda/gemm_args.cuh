@@ -31,9 +31,9 @@ struct cuda_conv_gather {
   int32_t stride_h = 1, stride_w = 1, pad_top = 0, pad_left = 0;
 };
 
-/// A gemm_problem as the kernel reads it: the same fields, with the batch offsets in device
-/// memory (null: all 0), and the gather of an implicit-GEMM convolution (kernels instantiated
-/// with Gather = true read B through it).
+/// A gemm_problem as the kernel reads it: the same fields, with the batch offsets as strides
+/// when they are multiples of the batch index, else in device memory, and the gather of an
+/// implicit-GEMM convolution (kernels instantiated with Gather = true read B through it).
 template <class TA, class TB, class Acc>
 struct cuda_gemm_args {
   int64_t m, n, k;
@@ -48,11 +48,19 @@ struct cuda_gemm_args {
   int64_t bias_stride;
   gemm_bias bias_kind;
   bool relu;
-  const int64_t* a_off;  // device arrays of `batch` offsets, or null
+  const int64_t* a_off;  // device arrays of `batch` offsets, or null: then z * a_bs, ...
   const int64_t* b_off;
   const int64_t* c_off;
+  int64_t a_bs, b_bs, c_bs;  // batch strides (offsets that are multiples of the batch index)
   cuda_conv_gather conv;
 };
+
+/// The element offset of batch matrix z: from the offset array when there is one, else z times
+/// the batch stride.
+__device__ __forceinline__ int64_t cuda_batch_offset(const int64_t* off, int64_t stride,
+                                                     int64_t z) {
+  return off ? off[z] : z * stride;
+}
 
 /// The epilogue of both kernels for output (gi, gj) of matrix c (inside the product):
 /// c = alpha * acc (+ beta * c) (+ bias) (relu); beta == 0 never reads c.
