@@ -224,10 +224,6 @@ class cuda_batch_offsets {
   int64_t stride_[3] = {0, 0, 0};
 };
 
-}  // namespace detail
-
-namespace detail {
-
 /// Runs a gemm_problem on the device (see gemm_kernel<cuda>). With Gather (implicit-GEMM
 /// convolution: only the convolution instantiates it), B is read through `gather` instead of
 /// through pr.b's strides; pr.b then points to the images' first channel of the group, and

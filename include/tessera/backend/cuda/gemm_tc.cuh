@@ -54,21 +54,27 @@ inline constexpr int cuda_tc_ldc = 16 + 4;  // a warp's staging tile for one acc
 // (and all of WMMA below sm_70) only when compiling for architectures that have them.
 struct cuda_tf32_tag {};
 
-/// 16-bit float inputs (In = __half or __nv_bfloat16): row-major shared tiles A [128][40] and
-/// B [32][136]. The row strides are multiples of 8 elements (WMMA wants 16-byte multiples) that
-/// stagger rows across banks.
+/// Row-major shared tiles A [128][bk + 8] and B [bk][136], for the families whose elements are
+/// at least 2 bytes: the row strides are multiples of 8 elements (WMMA wants 16-byte multiples)
+/// that stagger rows across banks, and every fragment start is 32-byte aligned.
+template <int BK>
+struct cuda_tc_row_major_tiles {
+  static constexpr bool b_col_major = false;  // how B's fragments are read
+  static constexpr int bk = BK, lda = BK + 8, ldb = cuda_tc_bn + 8;
+  static constexpr int a_elems = cuda_tc_bm * lda, b_elems = bk * ldb;
+  __device__ static int a_at(int row, int k) { return row * lda + k; }
+  __device__ static int b_at(int k, int col) { return k * ldb + col; }
+};
+
+/// 16-bit float inputs (In = __half or __nv_bfloat16): tiles [128][40] and [32][136].
 template <class In>
-struct cuda_tc_16bit {
+struct cuda_tc_16bit : cuda_tc_row_major_tiles<32> {
   using elem = std::uint16_t;  // what the shared tiles hold: In's bits
   using frag = In;             // WMMA's input type (cuda_tf32_tag: precision::tf32)
   using frag_ptr = In;         // what load_matrix_sync reads
   using acc = float;
-  static constexpr bool b_col_major = false;  // how B's fragments are read
-  static constexpr int fk = 16, bk = 32, lda = bk + 8, ldb = cuda_tc_bn + 8;
-  static constexpr int a_elems = cuda_tc_bm * lda, b_elems = bk * ldb;
+  static constexpr int fk = 16;
   static constexpr bool allowed() { return true; }
-  __device__ static int a_at(int row, int k) { return row * lda + k; }
-  __device__ static int b_at(int k, int col) { return k * ldb + col; }
   /// v's bits in In (exact for the types cuda_tc_select admits).
   template <class T>
   __device__ static elem convert(T v) {
@@ -86,22 +92,18 @@ struct cuda_tc_16bit {
   }
 };
 
-/// float inputs on tf32 tensor cores (16 x 16 x 8 fragments): row-major float tiles A [128][24]
-/// and B [16][136], k steps of 16 (two buffers of 32-wide float tiles would pass the 48 KB of
-/// static shared memory). Rounding happens once, at the load into shared memory, not per
-/// fragment load (each element is loaded into fragments by several warps).
-struct cuda_tc_tf32 {
+/// float inputs on tf32 tensor cores (16 x 16 x 8 fragments): float tiles [128][24] and
+/// [16][136], k steps of 16 (two buffers of 32-wide float tiles would pass the 48 KB of static
+/// shared memory). Rounding happens once, at the load into shared memory, not per fragment load
+/// (each element is loaded into fragments by several warps).
+struct cuda_tc_tf32 : cuda_tc_row_major_tiles<16> {
   using elem = float;
   using frag = cuda_tf32_tag;
   using frag_ptr = float;
   using acc = float;
-  static constexpr bool b_col_major = false;
-  static constexpr int fk = 8, bk = 16, lda = bk + 8, ldb = cuda_tc_bn + 8;
-  static constexpr int a_elems = cuda_tc_bm * lda, b_elems = bk * ldb;
+  static constexpr int fk = 8;
   /// tf32 changes results: only when the user asked for it.
   static bool allowed() { return get_float32_matmul_precision() == matmul_precision::high; }
-  __device__ static int a_at(int row, int k) { return row * lda + k; }
-  __device__ static int b_at(int k, int col) { return k * ldb + col; }
   template <class T>
   __device__ static elem convert(T v) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
@@ -168,6 +170,10 @@ inline constexpr int cuda_tc_smem_bytes = [] {
   const int staging = 8 * 16 * cuda_tc_ldc * static_cast<int>(sizeof(typename Cfg::acc));
   return tiles > staging ? tiles : staging;
 }();
+static_assert(cuda_tc_smem_bytes<cuda_tc_16bit<__half>> <= 48 * 1024 &&
+                  cuda_tc_smem_bytes<cuda_tc_tf32> <= 48 * 1024 &&
+                  cuda_tc_smem_bytes<cuda_tc_int8<signed char>> <= 48 * 1024,
+              "static shared memory limit");
 
 /// Whether the code of kernel that runs on the current device was compiled with __CUDA_ARCH__ >=
 /// arch * 10. That is the virtual architecture (ptxVersion), not the device's: a build for
