@@ -10,12 +10,13 @@
 //
 // Types: fp32 (SIMT), tf32 (float in and out; tessera under set_float32_matmul_precision(high),
 // cuBLAS with CUBLAS_COMPUTE_32F_FAST_TF32), fp16 and bf16 (fp16/bf16 out, float accumulation),
-// int8 (int32 out), fp8 e4m3 (float out). Before timing, every tessera GEMM is checked against cuBLAS on the same random
-// inputs (output poisoned with NaN / a sentinel first): ‖tessera − cublas‖ / ‖cublas‖ is reported
-// as the counter rel_err and a benchmark whose error exceeds its type's bound fails with an
-// error message. Timing: device events around each call, after a warm-up call; the time Google
-// Benchmark reports is the mean of the iterations, the counter median_us their median, and
-// TFLOP/s or GB/s is computed from the median. Without a GPU the program says so and exits 0.
+// int8 (int32 out), fp8 e4m3 (float out). Before timing, every tessera GEMM is checked against
+// cuBLAS on the same random inputs (output poisoned with NaN / a sentinel first): ‖tessera −
+// cublas‖ / ‖cublas‖ is reported as the counter rel_err and a benchmark whose error exceeds its
+// type's bound fails with an error message. Timing: device events around each call, after a warm-up
+// call; the time Google Benchmark reports is the mean of the iterations, the counter median_us
+// their median, and TFLOP/s or GB/s is computed from the median. Without a GPU the program says so
+// and exits 0.
 #include <benchmark/benchmark.h>
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -272,15 +273,8 @@ void add_gemm_squares(const char* type, double tol) {
   for (int64_t s : {1024, 4096, 8192}) add_gemm<K>(type, s, s, s, tol, s >= 8192 ? 10 : 50);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  if (!have_gpu()) {
-    std::printf("bench_cuda: no CUDA device visible, nothing to measure\n");
-    return 0;
-  }
+/// Registers every benchmark of this program (called only when a GPU is visible).
+void add_benchmarks() {
   const std::string mib = std::to_string(stream_floats * 4 >> 20);
   add_timed("ceiling/copy_d2d/" + mib, 50, bm_copy);
   add_timed("stream/map_axpb/tessera/" + mib, 50, bm_map);
@@ -301,7 +295,10 @@ int main(int argc, char** argv) {
     add_gemm<kind::fp32>("fp32", s[0], s[1], s[2], 1e-5, 200);
     add_gemm<kind::bf16>("bf16", s[0], s[1], s[2], 1e-2, 200);
   }
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return cuda_bench::run_main(argc, argv, "bench_cuda", add_benchmarks);
 }

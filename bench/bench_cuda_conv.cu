@@ -81,13 +81,11 @@ struct conv_case {
     check(cudnnSetFilter4dDescriptor(wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, int(s.k),
                                      int(s.c / s.groups), int(s.r), int(s.s)),
           "w descriptor");
-    check(cudnnSetConvolution2dDescriptor(cd, int(s.pad), int(s.pad), int(s.stride),
-                                          int(s.stride), 1, 1, CUDNN_CROSS_CORRELATION,
-                                          CUDNN_DATA_FLOAT),
+    check(cudnnSetConvolution2dDescriptor(cd, int(s.pad), int(s.pad), int(s.stride), int(s.stride),
+                                          1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
           "convolution descriptor");
     check(cudnnSetConvolutionGroupCount(cd, int(s.groups)), "group count");
-    check(cudnnSetConvolutionMathType(cd, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH),
-          "math type");
+    check(cudnnSetConvolutionMathType(cd, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH), "math type");
     choose_algorithms();
   }
   ~conv_case() {
@@ -123,9 +121,9 @@ struct conv_case {
     check(cudnnGetConvolutionBackwardDataWorkspaceSize(dnn(), wd, yd, cd, xd, data_algo, &bytes),
           "ws");
     need = std::max(need, bytes);
-    check(cudnnGetConvolutionBackwardFilterWorkspaceSize(dnn(), xd, yd, cd, wd, filter_algo,
-                                                         &bytes),
-          "ws");
+    check(
+        cudnnGetConvolutionBackwardFilterWorkspaceSize(dnn(), xd, yd, cd, wd, filter_algo, &bytes),
+        "ws");
     need = std::max(need, bytes);
     workspace_bytes = need;
     if (need) check(cudaMalloc(&workspace, need), "cudaMalloc workspace");
@@ -148,10 +146,10 @@ struct conv_case {
                                          workspace, workspace_bytes, &zero, xd, out.data()),
             "cudnnConvolutionBackwardData");
     else
-      check(cudnnConvolutionBackwardFilter(dnn(), &one, xd, x.data(), yd, dy.data(), cd,
-                                           filter_algo, workspace, workspace_bytes, &zero, wd,
-                                           out.data()),
-            "cudnnConvolutionBackwardFilter");
+      check(
+          cudnnConvolutionBackwardFilter(dnn(), &one, xd, x.data(), yd, dy.data(), cd, filter_algo,
+                                         workspace, workspace_bytes, &zero, wd, out.data()),
+          "cudnnConvolutionBackwardFilter");
   }
 
   /// tessera's pass into out (forward) or as a new tensor copied into out (the gradients have
@@ -188,15 +186,8 @@ void bm_conv(benchmark::State& st, const conv_shape& s, pass p, bool tf32, bool 
   st.counters["TFLOP/s"] = s.flops() / (st.counters["median_us"] * 1e-6) / 1e12;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  if (!have_gpu()) {
-    std::printf("bench_cuda_conv: no CUDA device visible, nothing to measure\n");
-    return 0;
-  }
+/// Registers every benchmark of this program (called only when a GPU is visible).
+void add_benchmarks() {
   for (bool tf32 : {false, true})
     for (pass p : {pass::fwd, pass::bwd_data, pass::bwd_filter})
       for (const conv_shape& s : bench::all_shapes()) {
@@ -206,7 +197,10 @@ int main(int argc, char** argv) {
                         (tessera ? "tessera/" : "cudnn/") + s.name,
                     30, [=](benchmark::State& st) { bm_conv(st, s, p, tf32, tessera); });
       }
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return cuda_bench::run_main(argc, argv, "bench_cuda_conv", add_benchmarks);
 }

@@ -1,8 +1,9 @@
 // bench_cuda_train - one training step (forward, cross-entropy, backward, SGD with momentum) of
 // the Fashion-MNIST CNN and MLP at batch 64 on CUDA tensors: the example's models
-// (examples/fashion_mnist_model.hpp), with the options and input sizes of bench_train (CPU). Its PyTorch counterpart on the same GPU is bench/torch_cuda_step.py
-// (PyTorch's CUDA build is a Python package on GPU machines; this project's LibTorch is
-// CPU-only), which prints its medians in the same units; scripts/cuda_report.py pairs them.
+// (examples/fashion_mnist_model.hpp), with the options and input sizes of bench_train (CPU). Its
+// PyTorch counterpart on the same GPU is bench/torch_cuda_step.py (PyTorch's CUDA build is a Python
+// package on GPU machines; this project's LibTorch is CPU-only), which prints its medians in the
+// same units; scripts/cuda_report.py pairs them.
 //
 //   train_step/<model>/tessera/64     counters: median_us, samples/s (from the median)
 //
@@ -46,19 +47,16 @@ void bm_train_step(benchmark::State& st, bool cnn) {
   st.counters["samples/s"] = double(kBatch) / (st.counters["median_us"] * 1e-6);
 }
 
+/// Registers every benchmark of this program (called only when a GPU is visible).
+void add_benchmarks() {
+  add_timed("train_step/cnn/tessera/64", 200,
+            [](benchmark::State& st) { bm_train_step(st, true); });
+  add_timed("train_step/mlp/tessera/64", 200,
+            [](benchmark::State& st) { bm_train_step(st, false); });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  if (!have_gpu()) {
-    std::printf("bench_cuda_train: no CUDA device visible, nothing to measure\n");
-    return 0;
-  }
-  add_timed("train_step/cnn/tessera/64", 200, [](benchmark::State& st) { bm_train_step(st, true); });
-  add_timed("train_step/mlp/tessera/64", 200,
-            [](benchmark::State& st) { bm_train_step(st, false); });
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return cuda_bench::run_main(argc, argv, "bench_cuda_train", add_benchmarks);
 }

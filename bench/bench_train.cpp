@@ -4,7 +4,6 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
-
 #include <tessera/nn.hpp>
 #include <tessera/optim.hpp>
 #include <tessera/tessera.hpp>
@@ -59,8 +58,8 @@ void tessera_train_step(benchmark::State& state, bool cnn) {
     opt.step();
     benchmark::DoNotOptimize(loss.item());
   }
-  state.counters["samples/s"] =
-      benchmark::Counter(static_cast<double>(kBatch), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["samples/s"] = benchmark::Counter(static_cast<double>(kBatch),
+                                                   benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void tessera_inference(benchmark::State& state, bool cnn) {
@@ -115,8 +114,8 @@ void torch_train_step(benchmark::State& state, bool cnn) {
     opt.step();
     benchmark::DoNotOptimize(loss.item<float>());
   }
-  state.counters["samples/s"] =
-      benchmark::Counter(static_cast<double>(kBatch), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["samples/s"] = benchmark::Counter(static_cast<double>(kBatch),
+                                                   benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void torch_inference(benchmark::State& state, bool cnn) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -28,6 +29,22 @@ inline void check(cudaError_t e, const char* what) {
 inline bool have_gpu() {
   int devices = 0;
   return cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
+}
+
+/// The main of a CUDA benchmark program: Google Benchmark's flags, then, when a GPU is visible,
+/// add_benchmarks() and the run; without one it says so and returns 0 (CI builds these programs
+/// on machines without a GPU).
+inline int run_main(int argc, char** argv, const char* program, void (*add_benchmarks)()) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  if (!have_gpu()) {
+    std::printf("%s: no CUDA device visible, nothing to measure\n", program);
+    return 0;
+  }
+  add_benchmarks();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
 }
 
 /// Times calls of f with events on tessera's stream (where the anchors are also set to run): one
@@ -102,9 +119,8 @@ double rel_err(const DevT<T>& x, const DevT<T>& y) {
 inline bool within(benchmark::State& st, double err, double tol, const char* anchor) {
   st.counters["rel_err"] = err;
   if (err <= tol) return true;
-  st.SkipWithError(("tessera differs from " + std::string(anchor) + ": rel_err " +
-                    std::to_string(err))
-                       .c_str());
+  st.SkipWithError(
+      ("tessera differs from " + std::string(anchor) + ": rel_err " + std::to_string(err)).c_str());
   return false;
 }
 
