@@ -94,25 +94,28 @@ TYPED_TEST_SUITE(CudaGemm16, Gemm16Dtypes);
 
 TYPED_TEST(CudaGemm16, RandomInputsAgreeWithinRounding) {
   using T = TypeParam;
-  const int64_t k = 700;
-  const auto a = sample<T>({257, k}, 61), b = sample<T>({k, 130}, 62);
-  const double atol = 1e-5 * k;  // float sums of k products of size ~1
-  expect_same(
-      "random matmul", ulps2<T>(), atol,
-      [](const auto& x, const auto& y) { return ts::matmul(x, y); }, a, b);
-  expect_same(
-      "random matmul a^T b^T", ulps2<T>(), atol,
-      [](const auto& x, const auto& y) {
-        return ts::matmul(x.transpose(0, 1).contiguous().transpose(0, 1),
-                          y.transpose(0, 1).contiguous().transpose(0, 1));
-      },
-      a, b);
-  const auto c0 = sample<T>({257, 130}, 63);
-  auto host = c0.clone();
-  ts::gemm(0.5, a, b, -2.0, host);
-  auto dev = c0.template to<ts::cuda>();
-  ts::gemm(0.5, a.template to<ts::cuda>(), b.template to<ts::cuda>(), -2.0, dev);
-  expect_close(dev.template to<ts::cpu>(), host, ulps2<T>(), atol, "random gemm alpha beta");
+  // k = 704 rows are 16-byte multiples (the cp.async pipeline), k = 700 not (register kernel).
+  for (const int64_t k : {700, 704}) {
+    SCOPED_TRACE("k = " + std::to_string(k));
+    const auto a = sample<T>({257, k}, 61), b = sample<T>({k, 130}, 62);
+    const double atol = 1e-5 * k;  // float sums of k products of size ~1
+    expect_same(
+        "random matmul", ulps2<T>(), atol,
+        [](const auto& x, const auto& y) { return ts::matmul(x, y); }, a, b);
+    expect_same(
+        "random matmul a^T b^T", ulps2<T>(), atol,
+        [](const auto& x, const auto& y) {
+          return ts::matmul(x.transpose(0, 1).contiguous().transpose(0, 1),
+                            y.transpose(0, 1).contiguous().transpose(0, 1));
+        },
+        a, b);
+    const auto c0 = sample<T>({257, 130}, 63);
+    auto host = c0.clone();
+    ts::gemm(0.5, a, b, -2.0, host);
+    auto dev = c0.template to<ts::cuda>();
+    ts::gemm(0.5, a.template to<ts::cuda>(), b.template to<ts::cuda>(), -2.0, dev);
+    expect_close(dev.template to<ts::cpu>(), host, ulps2<T>(), atol, "random gemm alpha beta");
+  }
 }
 
 // 8-bit integers over their whole range (int8 x int8 and uint8 x uint8 run on the tensor cores
@@ -172,27 +175,162 @@ TEST_F(CudaGemmTf32, InputsRoundToNearestTf32TiesAwayAndOnlyWhenAsked) {
 }
 
 TEST_F(CudaGemmTf32, RandomInputsAgreeWithTf32RoundedInputs) {
-  const int64_t k = 700;
-  const auto a = sample<float>({257, k}, 71), b = sample<float>({k, 130}, 72);
-  const auto c0 = sample<float>({257, 130}, 73);
-  // Reference: the CPU product (float) of the inputs rounded to tf32, so only float summation
-  // noise separates it from the device's result.
-  const auto rounded = [](const HostT<float>& t) {
-    return tensor_cores() ? ts::map([](float v) { return round_tf32(v); }, t) : t;
-  };
-  const auto ra = rounded(a), rb = rounded(b);
-  const double atol = 1e-5 * k;
-  auto want = c0.clone();
-  ts::gemm(0.5, ra, rb, -2.0, want);
-  auto got = c0.to<ts::cuda>();
-  ts::gemm(0.5, a.to<ts::cuda>(), b.to<ts::cuda>(), -2.0, got);
-  expect_close(got.to<ts::cpu>(), want, 1e-6, atol, "tf32 gemm alpha beta");
-  // And the transposed (column-major) reads of both operands.
-  const auto at = a.transpose(0, 1).contiguous(), bt = b.transpose(0, 1).contiguous();
-  const auto got_t =
-      ts::matmul(at.to<ts::cuda>().transpose(0, 1), bt.to<ts::cuda>().transpose(0, 1));
-  const auto want_t = ts::matmul(ra, rb);
-  expect_close(got_t.to<ts::cpu>(), want_t, 1e-6, atol, "tf32 matmul a^T b^T");
+  // k = 704: rows of 16-byte multiples (the cp.async pipeline); k = 700: the register kernel.
+  for (const int64_t k : {700, 704}) {
+    SCOPED_TRACE("k = " + std::to_string(k));
+    const auto a = sample<float>({257, k}, 71), b = sample<float>({k, 130}, 72);
+    const auto c0 = sample<float>({257, 130}, 73);
+    // Reference: the CPU product (float) of the inputs rounded to tf32, so only float summation
+    // noise separates it from the device's result.
+    const auto rounded = [](const HostT<float>& t) {
+      return tensor_cores() ? ts::map([](float v) { return round_tf32(v); }, t) : t;
+    };
+    const auto ra = rounded(a), rb = rounded(b);
+    const double atol = 1e-5 * k;
+    auto want = c0.clone();
+    ts::gemm(0.5, ra, rb, -2.0, want);
+    auto got = c0.to<ts::cuda>();
+    ts::gemm(0.5, a.to<ts::cuda>(), b.to<ts::cuda>(), -2.0, got);
+    expect_close(got.to<ts::cpu>(), want, 1e-6, atol, "tf32 gemm alpha beta");
+    // And the transposed (column-major) reads of both operands.
+    const auto at = a.transpose(0, 1).contiguous(), bt = b.transpose(0, 1).contiguous();
+    const auto got_t =
+        ts::matmul(at.to<ts::cuda>().transpose(0, 1), bt.to<ts::cuda>().transpose(0, 1));
+    const auto want_t = ts::matmul(ra, rb);
+    expect_close(got_t.to<ts::cpu>(), want_t, 1e-6, atol, "tf32 matmul a^T b^T");
+  }
+}
+
+// The cp.async pipeline (gemm_tc_async.cuh): half, bfloat16 and (tf32) float operands that are
+// row- or column-major with 16-byte aligned rows. Small integers, so its result must equal the
+// CPU's bit for bit, and so must the register-staged kernel's on the same inputs (the pipeline
+// switched off). Every case also checks which kernel ran.
+template <class T>
+class CudaGemmPipeline : public CudaFixture {
+ protected:
+  void SetUp() override {
+    CudaFixture::SetUp();
+    saved_ = ts::get_float32_matmul_precision();
+    ts::set_float32_matmul_precision(ts::matmul_precision::high);  // float: tf32 tensor cores
+  }
+  void TearDown() override {
+    ts::set_float32_matmul_precision(saved_);
+    ts::detail::cuda_gemm_async_copies() = true;
+  }
+  /// Whether this build runs T x T on the tensor cores (else neither kernel below runs).
+  static bool tensor_cores() {
+    namespace d = ts::detail;
+    using Cfg = typename d::cuda_tc_select<T, T, float>::type;
+    return d::cuda_built_for(d::cuda_gemm_tc<Cfg, T, T>, 80);
+  }
+  /// op (one product on device tensors) against the CPU, on the pipeline and then on the
+  /// register-staged kernel; `pipelined`: whether the pipeline must take it.
+  template <class Op, class... X>
+  void expect_both_kernels(const std::string& what, bool pipelined, Op op, const X&... xs) {
+    for (const bool async : {true, false}) {
+      ts::detail::cuda_gemm_async_copies() = async;
+      const int64_t before = ts::detail::cuda_gemm_async_launches().load();
+      expect_same(what + (async ? " (pipeline on)" : " (pipeline off)"), 0, 0, op, xs...);
+      const int64_t ran = ts::detail::cuda_gemm_async_launches().load() - before;
+      EXPECT_EQ(ran > 0, async && pipelined && tensor_cores()) << what << ": which kernel ran";
+    }
+  }
+
+ private:
+  ts::matmul_precision saved_ = ts::matmul_precision::highest;
+};
+using PipelineDtypes = ::testing::Types<ts::half, ts::bfloat16, float>;
+TYPED_TEST_SUITE(CudaGemmPipeline, PipelineDtypes);
+
+TYPED_TEST(CudaGemmPipeline, EveryLayoutWithTailsMatchesCpu) {
+  using T = TypeParam;
+  // m, n, k multiples of 8 (rows of 16 bytes in every layout): one chunk; tails of a tile on
+  // every side (136 = 128 + 8, 264 = 2 * 128 + 8); a k shorter than one step, a k that fills the
+  // pipeline's stages (328 = 10 steps of 32 and a part), a single row and a single column tile.
+  const mnk cases[] = {{8, 8, 8}, {136, 264, 72}, {256, 128, 328}, {8, 520, 8}, {264, 8, 40}};
+  uint64_t seed = 300;
+  const auto mm = [](const auto& x, const auto& y) { return ts::matmul(x, y); };
+  for (const auto& s : cases) {
+    const std::string what =
+        "matmul " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+    const auto a = small_ints<T>({s.m, s.k}, seed++), b = small_ints<T>({s.k, s.n}, seed++);
+    const auto at = small_ints<T>({s.k, s.m}, seed++), bt = small_ints<T>({s.n, s.k}, seed++);
+    const auto t = [](const auto& x) { return x.transpose(0, 1); };
+    this->expect_both_kernels(what, true, mm, a, b);
+    this->expect_both_kernels(
+        what + " a^T", true, [&](const auto& x, const auto& y) { return mm(t(x), y); }, at, b);
+    this->expect_both_kernels(
+        what + " b^T", true, [&](const auto& x, const auto& y) { return mm(x, t(y)); }, a, bt);
+    this->expect_both_kernels(
+        what + " a^T b^T", true, [&](const auto& x, const auto& y) { return mm(t(x), t(y)); }, at,
+        bt);
+  }
+}
+
+TYPED_TEST(CudaGemmPipeline, PartialChunksAndBatchesMatchCpu) {
+  using T = TypeParam;
+  const auto mm = [](const auto& x, const auto& y) { return ts::matmul(x, y); };
+  // Views whose rows are 16-byte aligned but whose extents are not multiples of a chunk: the
+  // edge chunks copy part of 16 bytes and zero the rest (k = 37 of rows of 40, n = 61 of 64,
+  // m = 45 of 48 in the column-major case). What lies beyond a view along k is NaN: read, it
+  // would meet the other operand's zeros and make NaN.
+  const T nan = T(std::numeric_limits<float>::quiet_NaN());
+  const auto wa = small_ints<T>({130, 40}, 401), wb = small_ints<T>({37, 64}, 402);
+  wa.slice(1, 37, 40).fill_(nan);
+  this->expect_both_kernels(
+      "partial chunks along k and n", true,
+      [&](const auto& x, const auto& y) { return mm(x.slice(1, 0, 37), y.slice(1, 0, 61)); }, wa,
+      wb);
+  const auto wat = small_ints<T>({37, 48}, 403), wbt = small_ints<T>({24, 40}, 404);
+  wbt.slice(1, 37, 40).fill_(nan);
+  this->expect_both_kernels(
+      "partial chunks along m (a^T) and k (b^T)", true,
+      [&](const auto& x, const auto& y) {
+        return mm(x.slice(1, 0, 45).transpose(0, 1), y.slice(1, 0, 37).transpose(0, 1));
+      },
+      wat, wbt);
+  // Batches: contiguous batch with a broadcast matrix (strides), and a broadcast that is not a
+  // multiple of the batch index (offset arrays).
+  const auto a3 = small_ints<T>({3, 72, 48}, 405), b2 = small_ints<T>({48, 40}, 406);
+  this->expect_both_kernels("batched, b broadcast", true, mm, a3, b2);
+  const auto a4 = small_ints<T>({2, 1, 72, 48}, 406), b4 = small_ints<T>({3, 48, 40}, 407);
+  this->expect_both_kernels("batched broadcast on both sides", true, mm, a4, b4);
+  // Not eligible: rows of 17 elements (not 16-byte multiples), an operand with no unit stride.
+  const auto odd = small_ints<T>({40, 17}, 408), b17 = small_ints<T>({17, 24}, 409);
+  this->expect_both_kernels("rows not 16-byte aligned", false, mm, odd, b17);
+  this->expect_both_kernels(
+      "a without a unit stride", false,
+      [&](const auto& x, const auto& y) { return mm(x.slice(1, 0, 80, 2), y); },
+      small_ints<T>({24, 80}, 410), small_ints<T>({40, 16}, 411));
+}
+
+TYPED_TEST(CudaGemmPipeline, LinearWithBiasAndReluEpilogue) {
+  using T = TypeParam;
+  // linear reads w transposed (column-major B) and fuses the bias into the epilogue.
+  const auto x = small_ints<T>({2, 72, 48}, 421), w = small_ints<T>({40, 48}, 422);
+  const auto bias = small_ints<T>({40}, 423);
+  this->expect_both_kernels(
+      "linear with bias", true,
+      [](const auto& a, const auto& b, const auto& c) { return ts::linear(a, b, c); }, x, w, bias);
+}
+
+// tf32 rounding on the pipeline: each thread rounds what it copied, after its wait.
+TEST(CudaGemmPipelineTf32, InputsRoundToNearestTf32TiesAway) {
+  if (!no_gpu_reason().empty()) GTEST_SKIP() << "no CUDA device visible; CUDA test skipped";
+  namespace d = ts::detail;
+  const ts::matmul_precision saved = ts::get_float32_matmul_precision();
+  ts::set_float32_matmul_precision(ts::matmul_precision::high);
+  // 8 x 8 operands (eligible); each output sums 8 copies of x / 8, so it equals x as seen by
+  // the tensor cores: 1 + 2^-10 (rounded, ties away) rather than x = 1 + 2^-11.
+  const float x = 1.0f + std::ldexp(1.0f, -11);
+  const auto a = ts::full<float, ts::cuda>({8, 8}, x),
+             b = ts::full<float, ts::cuda>({8, 8}, 0.125f);
+  const int64_t before = d::cuda_gemm_async_launches().load();
+  const auto got = ts::matmul(a, b).to<ts::cpu>();
+  const bool tc = d::cuda_built_for(d::cuda_gemm_tc<d::cuda_tc_tf32, float, float>, 80);
+  EXPECT_EQ(d::cuda_gemm_async_launches().load() > before, tc);
+  for (float v : got.to_vector()) EXPECT_EQ(v, tc ? 1.0f + std::ldexp(1.0f, -10) : x);
+  ts::set_float32_matmul_precision(saved);
 }
 
 class CudaGemmOps : public CudaFixture {};

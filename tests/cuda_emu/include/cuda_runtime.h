@@ -20,9 +20,17 @@
 //    are scheduled is not caught, and neither are shared-memory races between threads, warp
 //    semantics or the memory model. Build with -fsanitize=address to catch out-of-bounds
 //    accesses of device memory inside kernels (fiber switches are annotated for ASan).
+//  - dynamic shared memory (tessera's cuda_dynamic_smem()): a launch asking for more than 48 KB
+//    fails unless cudaFuncSetAttribute raised the kernel's limit first (at most 227 KB, sm_90's),
+//    and every block's buffer starts filled with 0xff bytes, so reads of unwritten shared
+//    memory show up;
+//  - asynchronous copies to shared memory (cp.async, through tessera's cuda_cp_async16): a copy
+//    lands only when its thread waits for its group (cuda_cp_async_wait), never earlier, so a
+//    kernel that reads a stage before waiting for it reads stale data; copies must be 16-byte
+//    aligned at both ends, and a thread that exits with copies outstanding fails the launch.
 // What it does not model: performance, streams (everything is synchronous), more than one
-// device, atomics, warp intrinsics, dynamic shared memory. A kernel that needs those does not
-// compile here, which is the signal to extend this file.
+// device, atomics, warp intrinsics. A kernel that needs those does not compile here, which is
+// the signal to extend this file.
 #pragma once
 
 #if defined(__CUDACC__)
@@ -40,6 +48,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -155,6 +164,13 @@ struct device_memory {
 // ---------------------------------------------------------------------------------------------
 // The execution model: one block at a time, its threads as fibers.
 
+/// One cp.async of a thread: `bytes` of src, then zeros up to 16, land at dst when it completes.
+struct async_copy {
+  void* dst;
+  const void* src;
+  unsigned bytes;
+};
+
 struct fiber {
   ucontext_t ctx;
   std::unique_ptr<char[]> stack;
@@ -162,6 +178,8 @@ struct fiber {
   const char* barrier_file = nullptr;  // where it waits
   int barrier_line = 0;
   void* asan_fake_stack = nullptr;
+  std::vector<async_copy> open;                   // issued, not yet committed
+  std::deque<std::vector<async_copy>> committed;  // groups, oldest first
 };
 
 struct block_run {
@@ -172,6 +190,7 @@ struct block_run {
   void* scheduler_fake_stack = nullptr;
   const void* scheduler_stack = nullptr;
   size_t scheduler_stack_bytes = 0;
+  bool failed = false;  // a thread broke a rule (message printed): the launch fails
 };
 
 inline thread_local block_run* running = nullptr;
@@ -196,6 +215,15 @@ inline void fiber_main() {
   block_run& r = *running;
   asan_entered(nullptr, &r.scheduler_stack, &r.scheduler_stack_bytes);
   (*r.body)();
+  if (!r.current->open.empty() || !r.current->committed.empty()) {
+    // On a GPU the copies would land at some later time, perhaps over shared memory that the
+    // block has reused since: a kernel must wait for all of them.
+    std::fprintf(stderr,
+                 "tessera cuda emulation: thread (%u, %u, %u) exited with asynchronous copies "
+                 "outstanding\n",
+                 threadIdx.x, threadIdx.y, threadIdx.z);
+    r.failed = true;
+  }
   r.current->state = fiber::done;
   asan_enter(nullptr, r.scheduler_stack, r.scheduler_stack_bytes);
   // returning resumes uc_link: the scheduler
@@ -228,6 +256,8 @@ inline void sync_threads(const char* file, int line) {
   f.ctx.uc_link = &r.scheduler;
   makecontext(&f.ctx, fiber_main, 0);
   f.state = fiber::ready;
+  f.open.clear();
+  f.committed.clear();
 }
 
 /// Runs f until it waits at a barrier or exits.
@@ -238,9 +268,28 @@ inline void sync_threads(const char* file, int line) {
   asan_entered(r.scheduler_fake_stack, nullptr, nullptr);
 }
 
+inline constexpr size_t default_dynamic_smem = size_t{48} << 10;
+inline constexpr size_t max_dynamic_smem = size_t{227} << 10;  // sm_90's opt-in maximum
+
+/// A kernel's dynamic shared memory limit: set (when bytes is given, by cudaFuncSetAttribute)
+/// and returned.
+inline size_t dynamic_smem_limit(const void* kernel, const size_t* bytes = nullptr) {
+  static std::mutex mu;
+  static std::map<const void*, size_t> limits;
+  std::lock_guard lock(mu);
+  if (bytes) limits[kernel] = *bytes;
+  const auto it = limits.find(kernel);
+  return it == limits.end() ? default_dynamic_smem : it->second;
+}
+
+/// The running block's dynamic shared memory.
+inline thread_local unsigned char* dynamic_smem = nullptr;
+
 /// Runs body (the kernel call) for every thread of grid x block, blocks in order, and records
-/// launch errors in the host thread's error slot like the runtime.
-inline void launch(const char* what, dim3 grid, dim3 block, const std::function<void()>& body) {
+/// launch errors in the host thread's error slot like the runtime. `kernel` identifies the kernel
+/// for its dynamic shared memory limit.
+inline void launch(const char* what, dim3 grid, dim3 block, const std::function<void()>& body,
+                   size_t smem_bytes = 0, const void* kernel = nullptr) {
   if (running) {
     std::fprintf(stderr, "tessera cuda emulation: %s launched from device code\n", what);
     std::abort();
@@ -254,6 +303,20 @@ inline void launch(const char* what, dim3 grid, dim3 block, const std::function<
   }
   static std::mutex device_mu;  // one device: launches from several host threads take turns
   std::lock_guard lock(device_mu);
+  if (smem_bytes > default_dynamic_smem) {
+    if (smem_bytes > dynamic_smem_limit(kernel)) {
+      std::fprintf(stderr,
+                   "tessera cuda emulation: %s asks for %zu bytes of dynamic shared memory "
+                   "without cudaFuncSetAttribute allowing it\n",
+                   what, smem_bytes);
+      record(cudaErrorInvalidValue);
+      return;
+    }
+  }
+  std::vector<unsigned char> smem(smem_bytes + 128);
+  unsigned char* const smem_base =
+      smem.data() + (128 - reinterpret_cast<uintptr_t>(smem.data()) % 128) % 128;
+  dynamic_smem = smem_base;
   static std::vector<fiber> fibers(1024);
   block_run r;
   r.fibers = &fibers;
@@ -266,6 +329,7 @@ inline void launch(const char* what, dim3 grid, dim3 block, const std::function<
     for (unsigned by = 0; by < grid.y; ++by)
       for (unsigned bx = 0; bx < grid.x; ++bx) {
         blockIdx = uint3{bx, by, bz};
+        std::memset(smem_base, 0xff, smem_bytes);  // undefined on a GPU
         for (size_t i = 0; i < n; ++i) {
           fiber& f = fibers[i];
           prepare_fiber(f, r);
@@ -305,13 +369,66 @@ inline void launch(const char* what, dim3 grid, dim3 block, const std::function<
             else
               std::fprintf(stderr, "the other %zu have exited\n", n - waiting);
             running = nullptr;
+            dynamic_smem = nullptr;
             record(cudaErrorLaunchFailure);
             return;
           }
           for (size_t i = 0; i < n; ++i) fibers[i].state = fiber::ready;
         }
+        if (r.failed) {
+          std::fprintf(stderr, "tessera cuda emulation: %s, block (%u, %u, %u) failed\n", what, bx,
+                       by, bz);
+          running = nullptr;
+          dynamic_smem = nullptr;
+          record(cudaErrorLaunchFailure);
+          return;
+        }
       }
   running = nullptr;
+  dynamic_smem = nullptr;
+}
+
+/// The running thread's fiber (a kernel-only operation outside a kernel aborts).
+inline fiber& current_fiber(const char* op) {
+  if (!running) {
+    std::fprintf(stderr, "tessera cuda emulation: %s outside a kernel\n", op);
+    std::abort();
+  }
+  return *running->current;
+}
+
+/// cp.async.cg.shared.global [dst], [src], 16, bytes: queued until the thread waits for it.
+inline void cp_async16(void* dst, const void* src, unsigned bytes) {
+  fiber& f = current_fiber("cp.async");
+  if (reinterpret_cast<uintptr_t>(dst) % 16 != 0 || reinterpret_cast<uintptr_t>(src) % 16 != 0 ||
+      bytes > 16) {
+    std::fprintf(stderr,
+                 "tessera cuda emulation: cp.async of %u bytes from %p to %p: both addresses must "
+                 "be 16-byte aligned, at most 16 bytes\n",
+                 bytes, src, dst);
+    running->failed = true;
+    return;
+  }
+  f.open.push_back(async_copy{dst, src, bytes});
+}
+
+/// cp.async.commit_group: the copies issued since the last commit form one group.
+inline void cp_async_commit() {
+  fiber& f = current_fiber("cp.async.commit_group");
+  f.committed.push_back(std::move(f.open));
+  f.open.clear();
+}
+
+/// cp.async.wait_group n: every committed group but the newest n has landed.
+inline void cp_async_wait(size_t newest_pending) {
+  fiber& f = current_fiber("cp.async.wait_group");
+  while (f.committed.size() > newest_pending) {
+    for (const async_copy& c : f.committed.front()) {
+      std::memcpy(c.dst, c.src, c.bytes);
+      std::memset(static_cast<unsigned char*>(c.dst) + c.bytes, 0, 16 - c.bytes);
+    }
+    f.committed.pop_front();
+  }
 }
 
 }  // namespace tessera_cuda_emulation
@@ -404,6 +521,19 @@ template <class F>
 cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* a, F*) {
   a->binaryVersion = 90;
   a->ptxVersion = 90;
+  return cudaSuccess;
+}
+enum cudaFuncAttribute {
+  cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
+};
+/// Raises a kernel's dynamic shared memory limit (the only attribute modelled).
+template <class F>
+cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute attr, int value) {
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 ||
+      static_cast<size_t>(value) > tessera_cuda_emulation::max_dynamic_smem)
+    return tessera_cuda_emulation::record(cudaErrorInvalidValue);
+  const size_t bytes = static_cast<size_t>(value);
+  tessera_cuda_emulation::dynamic_smem_limit(reinterpret_cast<const void*>(kernel), &bytes);
   return cudaSuccess;
 }
 inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }

@@ -10,7 +10,9 @@
 // read whole 32-byte sectors per warp. Accumulation is in Acc in a fixed order (k ascending),
 // so a result does not depend on the launch geometry. Where the code was built for sm_80 or
 // newer, 16- and 8-bit floats, int8 x int8, uint8 x uint8, and float x float under
-// set_float32_matmul_precision(high) run on the tensor cores instead (gemm_tc.cuh).
+// set_float32_matmul_precision(high) run on the tensor cores instead (gemm_tc.cuh), through the
+// multi-stage cp.async pipeline (gemm_tc_async.cuh) when the operands are half, bfloat16 or
+// float in row- or column-major layouts with 16-byte aligned rows.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -24,6 +26,7 @@
 #include "error.hpp"
 #include "gemm_args.cuh"
 #include "gemm_tc.cuh"
+#include "gemm_tc_async.cuh"
 #include "launch.hpp"
 #include "memory.hpp"
 
@@ -253,6 +256,8 @@ void cuda_gemm_run(const gemm_problem<TA, TB, Acc>& pr, const cuda_conv_gather& 
     // Once per kernel (not per device: a process is assumed to see one GPU generation).
     static const bool tensor_cores = cuda_built_for(kernel, 80);
     if (tensor_cores && Cfg::allowed()) {
+      if constexpr (!Gather)
+        if (cuda_gemm_try_async<Cfg>(pr, p, grid)) return;
       cuda_launch("cuda_gemm_tc", kernel, grid, dim3(cuda_tc_threads), p, pr.batch);
       return;
     }

@@ -230,6 +230,32 @@ __device__ __forceinline__ void cuda_tc_store(E* tile, bool by_row, const E (&r)
   }
 }
 
+/// The tensor-core kernels' epilogue (cuda_gemm_store) for a warp's 64 x 32 outputs at (r0, c0):
+/// one 16 x 16 accumulator fragment at a time through the warp's staging tile Cs ([16][20]).
+template <class TA, class TB, class Acc, class Frag>
+__device__ __forceinline__ void cuda_tc_epilogue(const cuda_gemm_args<TA, TB, Acc>& p, Acc* c,
+                                                 Frag (&acc)[4][2], Acc* Cs, int64_t r0, int64_t c0,
+                                                 int lane) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800  // mma.h may not declare WMMA here
+  (void)p, (void)c, (void)acc, (void)Cs, (void)r0, (void)c0, (void)lane;
+#else
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      nvcuda::wmma::store_matrix_sync(Cs, acc[i][j], cuda_tc_ldc, nvcuda::wmma::mem_row_major);
+      __syncwarp();
+#pragma unroll 1  // the epilogue is a small share of the time; unrolled, it costs registers
+      for (int e = lane; e < 256; e += 32) {
+        const int64_t gi = r0 + i * 16 + e / 16, gj = c0 + j * 16 + e % 16;
+        if (gi < p.m && gj < p.n)
+          cuda_gemm_store(p, c, gi, gj, Cs[(e / 16) * cuda_tc_ldc + e % 16]);
+      }
+      __syncwarp();  // the staging tile is rewritten by the next fragment
+    }
+#endif
+}
+
 /// One 128 x 128 tile of matrix blockIdx.z (+ 65535 * i for large batches) per block, on the
 /// tensor cores of family Cfg; with Gather, B is a convolution's input read through p.conv. Same
 /// arguments and results as cuda_gemm_simt<TA, TB, Acc> up to the inputs' rounding (tf32 only) and
@@ -326,23 +352,7 @@ __global__ void __launch_bounds__(cuda_tc_threads)
     }
     __syncthreads();  // every warp is done with the tiles: the staging tiles overlay them
 
-    // Epilogue (cuda_gemm_store), one 16 x 16 fragment at a time through the warp's staging
-    // tile.
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        wmma::store_matrix_sync(Cs, acc[i][j], cuda_tc_ldc, wmma::mem_row_major);
-        __syncwarp();
-#pragma unroll 1  // the epilogue is a small share of the time; unrolled, it costs registers
-        for (int e = lane; e < 256; e += 32) {
-          const int64_t gi = m0 + wm * 64 + i * 16 + e / 16;
-          const int64_t gj = n0 + wn * 32 + j * 16 + e % 16;
-          if (gi < p.m && gj < p.n)
-            cuda_gemm_store(p, c, gi, gj, Cs[(e / 16) * cuda_tc_ldc + e % 16]);
-        }
-        __syncwarp();  // the staging tile is rewritten by the next fragment
-      }
+    cuda_tc_epilogue(p, c, acc, Cs, m0 + wm * 64, n0 + wn * 32, lane);
     __syncthreads();  // the next batch matrix reuses the shared tiles
   }
 #endif

@@ -50,17 +50,23 @@ inline unsigned cuda_grid(int64_t items, int64_t per_block) {
   return static_cast<unsigned>(g < 1 ? 1 : g);
 }
 
-/// Launches kernel<<<grid, block, 0, cuda_stream()>>>(args...) and checks the launch (see
-/// cuda_check_launch; `what` names the kernel in the error). Every tessera kernel starts here,
-/// which keeps the checks in one place and lets a host emulation of the execution model
-/// (TESSERA_CUDA_HOST_EMULATION, tests/cuda_emu) run the same kernels on the CPU.
+/// Launches kernel<<<grid, block, smem_bytes, cuda_stream()>>>(args...) and checks the launch
+/// (see cuda_check_launch; `what` names the kernel in the error). Every tessera kernel starts
+/// here, which keeps the checks in one place and lets a host emulation of the execution model
+/// (TESSERA_CUDA_HOST_EMULATION, tests/cuda_emu) run the same kernels on the CPU. smem_bytes is
+/// the kernel's dynamic shared memory (cuda_dynamic_smem in async_copy.cuh); above 48 KB the
+/// kernel's limit must have been raised with cudaFuncSetAttribute.
 template <class... P, class... A>
-void cuda_launch(const char* what, void (*kernel)(P...), dim3 grid, dim3 block, A&&... args) {
+void cuda_launch_smem(const char* what, void (*kernel)(P...), dim3 grid, dim3 block,
+                      size_t smem_bytes, A&&... args) {
 #if defined(TESSERA_CUDA_HOST_EMULATION)
-  tessera_cuda_emulation::launch(what, grid, block, [&] { kernel(args...); });
+  tessera_cuda_emulation::launch(
+      what, grid, block, [&] { kernel(args...); }, smem_bytes,
+      reinterpret_cast<const void*>(kernel));
 #else
-  // clang-format off (it reads a .hpp as C++, where >>> is not one token)
-  kernel<<<grid, block, 0, cuda_stream()>>>(std::forward<A>(args)...);
+  // clang-format reads a .hpp as C++, where >>> is not one token:
+  // clang-format off
+  kernel<<<grid, block, smem_bytes, cuda_stream()>>>(std::forward<A>(args)...);
   // clang-format on
 #endif
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
@@ -73,6 +79,12 @@ void cuda_launch(const char* what, void (*kernel)(P...), dim3 grid, dim3 block, 
                         cudaGetErrorString(e));
   }
 #endif
+}
+
+/// cuda_launch_smem without dynamic shared memory.
+template <class... P, class... A>
+void cuda_launch(const char* what, void (*kernel)(P...), dim3 grid, dim3 block, A&&... args) {
+  cuda_launch_smem(what, kernel, grid, block, 0, std::forward<A>(args)...);
 }
 
 }  // namespace detail

@@ -1,0 +1,300 @@
+// tessera/backend/cuda/gemm_tc_async.cuh - the tensor-core matrix product fed by a multi-stage
+// pipeline of asynchronous copies (cp.async, sm_80 and newer): the fast path of gemm_kernel<cuda>
+// for half x half, bfloat16 x bfloat16 and (under set_float32_matmul_precision(high)) float x
+// float when both operands are row- or column-major with 16-byte aligned rows.
+//
+// Why a second kernel beside cuda_gemm_tc: that one takes any strides and any input type by
+// loading through registers, converting on the way (one k step ahead, two shared buffers). When
+// the inputs are already the tensor cores' type and 16 bytes at a time are contiguous, the
+// copies can go from global to shared memory directly: no registers held for the next step, no
+// conversion instructions, and cuda_tc_stages steps in flight instead of one, which is what hides
+// the memory latency of a product that runs from L2 at 4096 and beyond.
+//
+// The pipeline: stage kt of the k loop lives in slot kt % S of dynamic shared memory. Before the
+// loop, steps 0 .. S - 2 are requested; at step kt each thread waits for its own copies of step
+// kt (all but the newest S - 2 groups), a barrier makes every thread's copies visible (and
+// guarantees every warp finished step kt - 1), then step kt + S - 1 is requested into the slot
+// step kt - 1 used, and step kt is multiplied. Every thread commits one group per step, empty or
+// not, so group counts agree. Edge chunks copy only the bytes inside the matrix and zero the rest
+// (cp.async's source size), so tails need no second path.
+//
+// Each operand keeps its global layout in shared memory (WMMA reads row- or column-major
+// fragments), so a 16-byte global chunk is a 16-byte shared chunk. Rows are padded by 16 bytes:
+// consecutive rows start 4 banks apart, so fragment loads and copies spread over the banks while
+// every chunk stays 16-byte and every fragment 32-byte aligned (WMMA's fragment pointers rule out
+// XOR swizzles, which would move elements within a fragment's rows).
+//
+// tf32: the copies bring float bits; each thread rounds the elements it copied, after its wait
+// and before the barrier, exactly as cuda_gemm_tc rounds on its way into shared memory.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <mma.h>
+
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+
+#include "../../detail/gemm_problem.hpp"
+#include "async_copy.cuh"
+#include "gemm_args.cuh"
+#include "gemm_tc.cuh"
+#include "launch.hpp"
+
+TESSERA_BEGIN_NAMESPACE
+namespace detail {
+
+inline constexpr int cuda_tc_stages = 4;
+
+/// One pipeline stage's shared tiles for elements E, k step BK: A [128][BK + pad] (row-major) or
+/// [BK][128 + pad] (ACol), then B [BK][128 + pad] or [128][BK + pad] (BCol); pad is 16 bytes.
+template <class E, int BK, bool ACol, bool BCol>
+struct cuda_tc_async_tiles {
+  static constexpr int pad = 16 / static_cast<int>(sizeof(E));
+  static constexpr int lda = ACol ? cuda_tc_bm + pad : BK + pad;
+  static constexpr int ldb = BCol ? BK + pad : cuda_tc_bn + pad;
+  static constexpr int a_elems = ACol ? BK * lda : cuda_tc_bm * lda;
+  static constexpr int b_elems = BCol ? cuda_tc_bn * ldb : BK * ldb;
+  static constexpr int stage_elems = a_elems + b_elems;
+  static constexpr int bytes = cuda_tc_stages * stage_elems * static_cast<int>(sizeof(E));
+  // Every tile and stage starts 32-byte aligned (WMMA fragment pointers).
+  static_assert(a_elems * sizeof(E) % 32 == 0 && stage_elems * sizeof(E) % 32 == 0);
+  __device__ static int a_at(int row, int k) { return ACol ? k * lda + row : row * lda + k; }
+  __device__ static int b_at(int k, int col) { return BCol ? col * ldb + k : k * ldb + col; }
+};
+
+/// Dynamic shared memory of the pipelined kernel: the stages, or the warps' staging tiles after
+/// the loop, whichever is larger.
+template <class Cfg, bool ACol, bool BCol>
+inline constexpr int cuda_tc_async_smem_bytes = [] {
+  const int stages = cuda_tc_async_tiles<typename Cfg::elem, Cfg::bk, ACol, BCol>::bytes;
+  const int staging = 8 * 16 * cuda_tc_ldc * static_cast<int>(sizeof(typename Cfg::acc));
+  return stages > staging ? stages : staging;
+}();
+
+/// Calls f(chunk, o, i) for each 16-byte chunk of an [Outer x Inner] tile that this thread
+/// copies: chunk c covers elements i .. i + V - 1 of row o (the same chunks every step, so the
+/// tf32 rounding finds the ones its thread copied).
+template <int Outer, int Inner, class E, class F>
+__device__ __forceinline__ void cuda_tc_each_chunk(F f) {
+  constexpr int V = 16 / static_cast<int>(sizeof(E)), per_row = Inner / V;
+  constexpr int per_thread = Outer * per_row / cuda_tc_threads;
+  static_assert(Inner % V == 0 && Outer * per_row % cuda_tc_threads == 0);
+#pragma unroll
+  for (int n = 0; n < per_thread; ++n) {
+    const int c = static_cast<int>(threadIdx.x) + n * cuda_tc_threads;
+    f(c / per_row, c % per_row * V);
+  }
+}
+
+/// Starts this thread's copies of an [Outer x Inner] tile (row o at tile + o * ld) from src
+/// (element (o, i) at src[o * src_ld + i]); elements past outer_left rows or inner_left columns
+/// are zeros. Inner is the operand's contiguous direction in memory and in the tile.
+template <int Outer, int Inner, class E>
+__device__ __forceinline__ void cuda_tc_copy_tile(E* tile, int ld, const E* src, int64_t src_ld,
+                                                  int64_t outer_left, int64_t inner_left) {
+  constexpr int V = 16 / static_cast<int>(sizeof(E));
+  cuda_tc_each_chunk<Outer, Inner, E>([&](int o, int i) {
+    const int64_t left = o < outer_left ? inner_left - i : 0;
+    const int bytes = left <= 0 ? 0 : left >= V ? 16 : static_cast<int>(left * sizeof(E));
+    // A chunk outside the matrix reads nothing, from an address that is aligned and valid.
+    cuda_cp_async16(tile + o * ld + i, bytes ? src + o * src_ld + i : src, bytes);
+  });
+}
+
+/// Rounds to tf32, in place, the elements of this thread's chunks of an [Outer x Inner] tile.
+template <int Outer, int Inner, class Cfg>
+__device__ __forceinline__ void cuda_tc_round_tile(float* tile, int ld) {
+  cuda_tc_each_chunk<Outer, Inner, float>([&](int o, int i) {
+#pragma unroll
+    for (int v = 0; v < 4; ++v) tile[o * ld + i + v] = Cfg::convert(tile[o * ld + i + v]);
+  });
+}
+
+/// The pipelined tensor-core product: the same blocks, results and epilogue as cuda_gemm_tc<Cfg,
+/// TA, TB> (one 128 x 128 tile of matrix blockIdx.z per block, 8 warps of 64 x 32), for TA and
+/// TB that are Cfg's element type, A row-major (a_cs == 1) or column-major (ACol: a_rs == 1), B
+/// likewise, every row (column) and batch matrix starting 16-byte aligned (cuda_tc_async_fits).
+template <class Cfg, class TA, class TB, bool ACol, bool BCol>
+__global__ void __launch_bounds__(cuda_tc_threads, 2)
+    cuda_gemm_tc_async(cuda_gemm_args<TA, TB, typename Cfg::acc> p, int64_t batch) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  (void)p, (void)batch;  // launched only where cuda_built_for(..., 80) holds
+  __trap();
+#else
+  namespace wmma = nvcuda::wmma;
+  using FragIn = std::conditional_t<std::is_same_v<typename Cfg::frag, cuda_tf32_tag>,
+                                    wmma::precision::tf32, typename Cfg::frag>;
+  using ALayout = std::conditional_t<ACol, wmma::col_major, wmma::row_major>;
+  using BLayout = std::conditional_t<BCol, wmma::col_major, wmma::row_major>;
+  using E = typename Cfg::elem;
+  using F = typename Cfg::frag_ptr;
+  using Acc = typename Cfg::acc;
+  using Tiles = cuda_tc_async_tiles<E, Cfg::bk, ACol, BCol>;
+  static_assert(sizeof(TA) == sizeof(E) && sizeof(TB) == sizeof(E));
+  constexpr int BM = cuda_tc_bm, BN = cuda_tc_bn, BK = Cfg::bk, FK = Cfg::fk, S = cuda_tc_stages;
+  constexpr bool tf32 = std::is_same_v<typename Cfg::frag, cuda_tf32_tag>;
+  E* const smem = reinterpret_cast<E*>(cuda_dynamic_smem());
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int wm = warp / 4, wn = warp % 4;  // the warp's 64 x 32 piece of the tile
+  Acc* const Cs = reinterpret_cast<Acc*>(smem) + warp * 16 * cuda_tc_ldc;
+  const int64_t m0 = int64_t{blockIdx.y} * BM, n0 = int64_t{blockIdx.x} * BN;
+  const int64_t lda = ACol ? p.a_cs : p.a_rs, ldb = BCol ? p.b_cs : p.b_rs;  // global
+  const int64_t steps = (p.k + BK - 1) / BK;
+  for (int64_t z = blockIdx.z; z < batch; z += gridDim.z) {
+    const E* a = reinterpret_cast<const E*>(p.a + cuda_batch_offset(p.a_off, p.a_bs, z));
+    const E* b = reinterpret_cast<const E*>(p.b + cuda_batch_offset(p.b_off, p.b_bs, z));
+    Acc* c = p.c + cuda_batch_offset(p.c_off, p.c_bs, z);
+    // Requests k step kt into its slot.
+    const auto request = [&](int64_t kt) {
+      E* const as = smem + (kt % S) * Tiles::stage_elems;
+      E* const bs = as + Tiles::a_elems;
+      const int64_t k0 = kt * BK;
+      if constexpr (ACol)
+        cuda_tc_copy_tile<BK, BM>(as, Tiles::lda, a + k0 * lda + m0, lda, p.k - k0, p.m - m0);
+      else
+        cuda_tc_copy_tile<BM, BK>(as, Tiles::lda, a + m0 * lda + k0, lda, p.m - m0, p.k - k0);
+      if constexpr (BCol)
+        cuda_tc_copy_tile<BN, BK>(bs, Tiles::ldb, b + n0 * ldb + k0, ldb, p.n - n0, p.k - k0);
+      else
+        cuda_tc_copy_tile<BK, BN>(bs, Tiles::ldb, b + k0 * ldb + n0, ldb, p.k - k0, p.n - n0);
+    };
+    wmma::fragment<wmma::accumulator, 16, 16, FK, Acc> acc[4][2];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], Acc(0));
+
+    if (p.alpha != Acc(0)) {
+#pragma unroll
+      for (int s = 0; s < S - 1; ++s) {
+        if (s < steps) request(s);
+        cuda_cp_async_commit();
+      }
+      for (int64_t kt = 0; kt < steps; ++kt) {
+        cuda_cp_async_wait<S - 2>();  // this thread's copies of step kt have landed
+        E* const as = smem + (kt % S) * Tiles::stage_elems;
+        E* const bs = as + Tiles::a_elems;
+        if constexpr (tf32) {
+          cuda_tc_round_tile<ACol ? BK : BM, ACol ? BM : BK, Cfg>(as, Tiles::lda);
+          cuda_tc_round_tile<BCol ? BN : BK, BCol ? BK : BN, Cfg>(bs, Tiles::ldb);
+        }
+        __syncthreads();  // everyone's copies of step kt are visible; step kt - 1 is done
+        if (kt + S - 1 < steps) request(kt + S - 1);  // into step kt - 1's slot
+        cuda_cp_async_commit();
+        const F* at = reinterpret_cast<const F*>(as);
+        const F* bt = reinterpret_cast<const F*>(bs);
+#pragma unroll
+        for (int kk = 0; kk < BK; kk += FK) {
+          wmma::fragment<wmma::matrix_a, 16, 16, FK, FragIn, ALayout> fa[4];
+          wmma::fragment<wmma::matrix_b, 16, 16, FK, FragIn, BLayout> fb[2];
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            wmma::load_matrix_sync(fa[i], at + Tiles::a_at(wm * 64 + i * 16, kk), Tiles::lda);
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+            wmma::load_matrix_sync(fb[j], bt + Tiles::b_at(kk, wn * 32 + j * 16), Tiles::ldb);
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+        }
+      }
+      cuda_cp_async_wait<0>();  // only empty groups are left; none may outlive the loop
+    }
+    __syncthreads();  // every warp is done with the stages: the staging tiles overlay them
+    cuda_tc_epilogue(p, c, acc, Cs, m0 + wm * 64, n0 + wn * 32, lane);
+    __syncthreads();  // the next batch matrix reuses the stages
+  }
+#endif
+}
+
+/// Whether the pipelined kernel may be tried for TA x TB on family Cfg: the inputs are Cfg's
+/// element type already (no conversion on the way in).
+template <class Cfg, class TA, class TB>
+inline constexpr bool cuda_tc_async_family =
+    std::is_same_v<TA, TB> &&
+    ((std::is_same_v<Cfg, cuda_tc_16bit<__half>> && std::is_same_v<TA, half>) ||
+     (std::is_same_v<Cfg, cuda_tc_16bit<__nv_bfloat16>> && std::is_same_v<TA, bfloat16>) ||
+     (std::is_same_v<Cfg, cuda_tc_tf32> && std::is_same_v<TA, float>));
+
+/// Whether the pipelined kernel may be used (default true). Tests set it to false to run the
+/// register-staged kernel on the inputs this one would take.
+inline bool& cuda_gemm_async_copies() {
+  static bool enabled = true;
+  return enabled;
+}
+
+/// How many products this process has run on the pipelined kernel (tests check which kernel
+/// ran; one relaxed increment per launch).
+inline std::atomic<int64_t>& cuda_gemm_async_launches() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+
+/// Whether an operand of elem_bytes-byte elements at x with strides (rs, cs) and batch offsets
+/// (an array of `batch`, or multiples of `stride` when the array is null) can be copied in
+/// 16-byte chunks; col says whether it is column-major (rs == 1) rather than row-major.
+inline bool cuda_tc_async_fits(const void* x, int64_t rs, int64_t cs, const int64_t* offsets,
+                               int64_t stride, int64_t batch, int64_t elem_bytes, bool& col) {
+  const int64_t v = 16 / elem_bytes;  // elements per chunk
+  if (reinterpret_cast<uintptr_t>(x) % 16 != 0) return false;
+  if (cs == 1 && rs % v == 0)
+    col = false;
+  else if (rs == 1 && cs % v == 0)
+    col = true;
+  else
+    return false;
+  if (!offsets) return stride % v == 0;
+  for (int64_t z = 0; z < batch; ++z)
+    if (offsets[z] % v != 0) return false;
+  return true;
+}
+
+/// Launches cuda_gemm_tc_async for one layout pair; false when the device refuses its shared
+/// memory (the caller falls back to cuda_gemm_tc).
+template <class Cfg, class TA, class TB, bool ACol, bool BCol>
+bool cuda_gemm_tc_async_launch(dim3 grid, const cuda_gemm_args<TA, TB, typename Cfg::acc>& p,
+                               int64_t batch) {
+  const auto kernel = cuda_gemm_tc_async<Cfg, TA, TB, ACol, BCol>;
+  constexpr int bytes = cuda_tc_async_smem_bytes<Cfg, ACol, BCol>;
+  // Raised once per kernel (as the tensor-core choice, per process rather than per device).
+  static const bool allowed = [&] {
+    const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         bytes) == cudaSuccess;
+    if (!ok) (void)cudaGetLastError();
+    return ok;
+  }();
+  if (!allowed) return false;
+  cuda_launch_smem("cuda_gemm_tc_async", kernel, grid, dim3(cuda_tc_threads),
+                   static_cast<size_t>(bytes), p, batch);
+  cuda_gemm_async_launches().fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+/// Runs pr on the pipelined kernel when it qualifies (cuda_tc_async_family, cuda_tc_async_fits
+/// for both operands); false when it does not, and nothing was launched.
+template <class Cfg, class TA, class TB, class Acc>
+bool cuda_gemm_try_async(const gemm_problem<TA, TB, Acc>& pr, const cuda_gemm_args<TA, TB, Acc>& p,
+                         dim3 grid) {
+  if constexpr (!cuda_tc_async_family<Cfg, TA, TB>) {
+    (void)pr, (void)p, (void)grid;
+    return false;
+  } else {
+    bool acol = false, bcol = false;
+    if (!cuda_gemm_async_copies() ||
+        !cuda_tc_async_fits(pr.a, pr.a_rs, pr.a_cs, pr.a_offsets, p.a_bs, pr.batch,
+                            int64_t{sizeof(TA)}, acol) ||
+        !cuda_tc_async_fits(pr.b, pr.b_rs, pr.b_cs, pr.b_offsets, p.b_bs, pr.batch,
+                            int64_t{sizeof(TB)}, bcol))
+      return false;
+    if (acol)
+      return bcol ? cuda_gemm_tc_async_launch<Cfg, TA, TB, true, true>(grid, p, pr.batch)
+                  : cuda_gemm_tc_async_launch<Cfg, TA, TB, true, false>(grid, p, pr.batch);
+    return bcol ? cuda_gemm_tc_async_launch<Cfg, TA, TB, false, true>(grid, p, pr.batch)
+                : cuda_gemm_tc_async_launch<Cfg, TA, TB, false, false>(grid, p, pr.batch);
+  }
+}
+
+}  // namespace detail
+TESSERA_END_NAMESPACE
