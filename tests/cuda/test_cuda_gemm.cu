@@ -115,6 +115,11 @@ TYPED_TEST(CudaGemm16, RandomInputsAgreeWithinRounding) {
     auto dev = c0.template to<ts::cuda>();
     ts::gemm(0.5, a.template to<ts::cuda>(), b.template to<ts::cuda>(), -2.0, dev);
     expect_close(dev.template to<ts::cpu>(), host, ulps2<T>(), atol, "random gemm alpha beta");
+    // The kernels store T themselves (detail::gemm_stores_v): beta = 0 must not read c.
+    auto nan = ts::full<T, ts::cuda>({257, 130}, T(std::numeric_limits<float>::quiet_NaN()));
+    ts::gemm(1.0, a.template to<ts::cuda>(), b.template to<ts::cuda>(), 0.0, nan);
+    for (const T v : nan.template to<ts::cpu>().to_vector())
+      ASSERT_FALSE(std::isnan(static_cast<float>(v))) << "beta = 0 read c";
   }
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../config.hpp"
 
@@ -15,18 +16,20 @@ enum class gemm_bias : int8_t { none, per_row, per_col };
 
 /// c = alpha * a·b + beta * c (+ bias) (then max(., 0) when relu), for each of `batch` matrices.
 /// Element (i, p) of a is a[i * a_rs + p * a_cs]: any strides, transposes are just swapped
-/// strides. Acc is the accumulation type and c's element type (float, double or int32);
-/// conversions to other output types happen above the backend.
+/// strides. Acc is the accumulation type (float, double or int32), and alpha, beta and the bias
+/// are Acc; TC is c's element type: Acc, or a narrower type that the backend rounds each result
+/// into once (only where gemm_stores_v says the backend does; otherwise ops/matmul.hpp runs the
+/// product into an Acc buffer and converts after).
 /// Contract: beta == 0 means c is not read (NaN there does not leak); alpha == 0 or k == 0
 /// means a and b are not read.
-template <class TA, class TB, class Acc>
+template <class TA, class TB, class Acc, class TC = Acc>
 struct gemm_problem {
   int64_t m = 0, n = 0, k = 0;
   const TA* a = nullptr;
   int64_t a_rs = 0, a_cs = 0;
   const TB* b = nullptr;
   int64_t b_rs = 0, b_cs = 0;
-  Acc* c = nullptr;
+  TC* c = nullptr;
   int64_t c_rs = 0, c_cs = 0;
   Acc alpha{1}, beta{0};
   const Acc* bias = nullptr;  // element i (per_row) or j (per_col) at bias[i * bias_stride]
@@ -40,6 +43,12 @@ struct gemm_problem {
   const int64_t* b_offsets = nullptr;
   const int64_t* c_offsets = nullptr;
 };
+
+/// Whether backend B's gemm_kernel takes gemm_problem<..., Acc, TC>: stores TC results itself,
+/// rounding once in its epilogue (beta reads c as TC widened to Acc). Backends specialize it for
+/// the output types their kernels write; for the others the caller converts from an Acc buffer.
+template <class B, class TC, class Acc>
+inline constexpr bool gemm_stores_v = std::is_same_v<TC, Acc>;
 
 }  // namespace detail
 TESSERA_END_NAMESPACE

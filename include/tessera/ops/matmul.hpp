@@ -136,8 +136,10 @@ void gemm_into(std::string_view op, double alpha, const Tensor<TA, B>& a0, const
                           " gives ", full);
       }
       check_writable(op, c);
-      Tensor<Acc, B> target;
-      if constexpr (std::is_same_v<TC, Acc>)
+      // What the kernel writes: c itself when the backend stores TC, else an Acc buffer.
+      using Out = std::conditional_t<gemm_stores_v<B, TC, Acc>, TC, Acc>;
+      Tensor<Out, B> target;
+      if constexpr (std::is_same_v<TC, Out>)
         target = c;
       else
         target = beta != 0 ? c.template astype<Acc>() : Tensor<Acc, B>(c.shape());
@@ -145,7 +147,7 @@ void gemm_into(std::string_view op, double alpha, const Tensor<TA, B>& a0, const
       const Tensor<TA, B> a = a0.shares_storage_with(target) ? a0.clone() : a0;
       const Tensor<TB, B> b = b0.shares_storage_with(target) ? b0.clone() : b0;
 
-      gemm_problem<TA, TB, Acc> pr;
+      gemm_problem<TA, TB, Acc, Out> pr;
       pr.m = m, pr.n = n, pr.k = k;
       const int ra = a.rank(), rb = b.rank(), rc = target.rank();
       pr.a = a.data(), pr.a_rs = a.strides()[ra - 2], pr.a_cs = a.strides()[ra - 1];
@@ -166,7 +168,7 @@ void gemm_into(std::string_view op, double alpha, const Tensor<TA, B>& a0, const
         pr.a_offsets = a_off.data(), pr.b_offsets = b_off.data(), pr.c_offsets = c_off.data();
       }
       backend::gemm_kernel<B>::run(pr);
-      if constexpr (!std::is_same_v<TC, Acc>) c.copy_(target);
+      if constexpr (!std::is_same_v<TC, Out>) c.copy_(target);
     }
   }
 }

@@ -96,9 +96,9 @@ __device__ __forceinline__ void cuda_gemm_gather_b(const TB* image,
 /// One 128 x 128 tile of matrix blockIdx.z (+ 65535 * i for large batches) per block. Thread
 /// (ty, tx) = (t / 16, t % 16) owns rows ty + 16 i and columns tx + 16 j (i, j < 8): a warp's
 /// shared-memory reads of B are 16 consecutive words, of A two broadcast words.
-template <class TA, class TB, class Acc, bool Gather = false>
+template <class TA, class TB, class Acc, bool Gather = false, class TC = Acc>
 __global__ void __launch_bounds__(cuda_gemm_threads)
-    cuda_gemm_simt(cuda_gemm_args<TA, TB, Acc> p, int64_t batch) {
+    cuda_gemm_simt(cuda_gemm_args<TA, TB, Acc, TC> p, int64_t batch) {
   constexpr int BM = cuda_gemm_bm, BN = cuda_gemm_bn, BK = cuda_gemm_bk;
   __shared__ Acc As[2][BK][BM];
   __shared__ Acc Bs[2][BK][BN];
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(cuda_gemm_threads)
   for (int64_t z = blockIdx.z; z < batch; z += gridDim.z) {
     const TA* a = p.a + cuda_batch_offset(p.a_off, p.a_bs, z);
     const TB* b = p.b + cuda_batch_offset(p.b_off, p.b_bs, z);
-    Acc* c = p.c + cuda_batch_offset(p.c_off, p.c_bs, z);
+    TC* c = p.c + cuda_batch_offset(p.c_off, p.c_bs, z);
     Acc acc[8][8];
 #pragma unroll
     for (int i = 0; i < 8; ++i)
@@ -231,11 +231,11 @@ class cuda_batch_offsets {
 /// convolution: only the convolution instantiates it), B is read through `gather` instead of
 /// through pr.b's strides; pr.b then points to the images' first channel of the group, and
 /// pr.b_offsets to each image.
-template <bool Gather, class TA, class TB, class Acc>
-void cuda_gemm_run(const gemm_problem<TA, TB, Acc>& pr, const cuda_conv_gather& gather = {}) {
+template <bool Gather, class TA, class TB, class Acc, class TC>
+void cuda_gemm_run(const gemm_problem<TA, TB, Acc, TC>& pr, const cuda_conv_gather& gather = {}) {
   if (pr.m <= 0 || pr.n <= 0 || pr.batch <= 0) return;
   const cuda_batch_offsets off(pr.a_offsets, pr.b_offsets, pr.c_offsets, pr.batch);
-  cuda_gemm_args<TA, TB, Acc> p{
+  cuda_gemm_args<TA, TB, Acc, TC> p{
       pr.m,           pr.n,           pr.k,           pr.a,    pr.a_rs, pr.a_cs,  pr.b,
       pr.b_rs,        pr.b_cs,        pr.c,           pr.c_rs, pr.c_cs, pr.alpha, pr.beta,
       pr.bias,        pr.bias_stride, pr.bias_kind,   pr.relu, off.a(), off.b(),  off.c(),
@@ -252,7 +252,7 @@ void cuda_gemm_run(const gemm_problem<TA, TB, Acc>& pr, const cuda_conv_gather& 
   using Cfg = typename cuda_tc_select<TA, TB, Acc>::type;
   if constexpr (!std::is_void_v<Cfg>) {
     static_assert(cuda_tc_bm == cuda_gemm_bm && cuda_tc_bn == cuda_gemm_bn);  // the same grid
-    const auto kernel = cuda_gemm_tc<Cfg, TA, TB, Gather>;
+    const auto kernel = cuda_gemm_tc<Cfg, TA, TB, Gather, TC>;
     // Once per kernel (not per device: a process is assumed to see one GPU generation).
     static const bool tensor_cores = cuda_built_for(kernel, 80);
     if (tensor_cores && Cfg::allowed()) {
@@ -262,8 +262,8 @@ void cuda_gemm_run(const gemm_problem<TA, TB, Acc>& pr, const cuda_conv_gather& 
       return;
     }
   }
-  cuda_launch("cuda_gemm_simt", cuda_gemm_simt<TA, TB, Acc, Gather>, grid, dim3(cuda_gemm_threads),
-              p, pr.batch);
+  cuda_launch("cuda_gemm_simt", cuda_gemm_simt<TA, TB, Acc, Gather, TC>, grid,
+              dim3(cuda_gemm_threads), p, pr.batch);
 }
 
 }  // namespace detail
@@ -273,12 +273,22 @@ namespace backend {
 template <>
 struct gemm_kernel<cuda> {
   /// c = alpha a·b + beta c (+ bias) (relu) for each batch matrix (see detail::gemm_problem);
-  /// a, b, c, bias point to device memory; the offset arrays are host arrays.
-  template <class TA, class TB, class Acc>
-  static void run(const detail::gemm_problem<TA, TB, Acc>& pr) {
+  /// a, b, c, bias point to device memory; the offset arrays are host arrays. c is Acc, or
+  /// half / bfloat16 under float accumulation (detail::gemm_stores_v).
+  template <class TA, class TB, class Acc, class TC>
+  static void run(const detail::gemm_problem<TA, TB, Acc, TC>& pr) {
     detail::cuda_gemm_run<false>(pr);
   }
 };
 
 }  // namespace backend
+
+namespace detail {
+// The CUDA GEMM rounds float results into 16-bit outputs in its epilogue: a half or bfloat16
+// product writes its output once, instead of a float buffer written, read and converted.
+template <>
+inline constexpr bool gemm_stores_v<cuda, half, float> = true;
+template <>
+inline constexpr bool gemm_stores_v<cuda, bfloat16, float> = true;
+}  // namespace detail
 TESSERA_END_NAMESPACE

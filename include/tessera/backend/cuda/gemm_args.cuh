@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../../detail/gemm_problem.hpp"
 
@@ -33,15 +34,16 @@ struct cuda_conv_gather {
 
 /// A gemm_problem as the kernel reads it: the same fields, with the batch offsets as strides
 /// when they are multiples of the batch index, else in device memory, and the gather of an
-/// implicit-GEMM convolution (kernels instantiated with Gather = true read B through it).
-template <class TA, class TB, class Acc>
+/// implicit-GEMM convolution (kernels instantiated with Gather = true read B through it). TC is
+/// the output's type (Acc, or half / bfloat16 rounded once in the epilogue).
+template <class TA, class TB, class Acc, class TC = Acc>
 struct cuda_gemm_args {
   int64_t m, n, k;
   const TA* a;
   int64_t a_rs, a_cs;
   const TB* b;
   int64_t b_rs, b_cs;
-  Acc* c;
+  TC* c;
   int64_t c_rs, c_cs;
   Acc alpha, beta;
   const Acc* bias;
@@ -62,20 +64,28 @@ __device__ __forceinline__ int64_t cuda_batch_offset(const int64_t* off, int64_t
   return off ? off[z] : z * stride;
 }
 
-/// The epilogue of both kernels for output (gi, gj) of matrix c (inside the product):
-/// c = alpha * acc (+ beta * c) (+ bias) (relu); beta == 0 never reads c.
-template <class TA, class TB, class Acc>
-__device__ __forceinline__ void cuda_gemm_store(const cuda_gemm_args<TA, TB, Acc>& p, Acc* c,
+/// The epilogue of every GEMM kernel for output (gi, gj) of matrix c (inside the product):
+/// c = alpha * acc (+ beta * c) (+ bias) (relu) in Acc, rounded once to TC; beta == 0 never
+/// reads c.
+template <class TA, class TB, class Acc, class TC>
+__device__ __forceinline__ void cuda_gemm_store(const cuda_gemm_args<TA, TB, Acc, TC>& p, TC* c,
                                                 int64_t gi, int64_t gj, Acc acc) {
-  Acc* out = c + gi * p.c_rs + gj * p.c_cs;
+  TC* out = c + gi * p.c_rs + gj * p.c_cs;
   Acc v = p.alpha * acc;
-  if (p.beta != Acc(0)) v += p.beta * *out;
+  if constexpr (std::is_same_v<TC, Acc>) {
+    if (p.beta != Acc(0)) v += p.beta * *out;
+  } else {
+    if (p.beta != Acc(0)) v += p.beta * static_cast<Acc>(static_cast<float>(*out));
+  }
   if (p.bias_kind == gemm_bias::per_row)
     v += p.bias[gi * p.bias_stride];
   else if (p.bias_kind == gemm_bias::per_col)
     v += p.bias[gj * p.bias_stride];
   if (p.relu && v < Acc(0)) v = Acc(0);  // NaN compares false: stays NaN, as on the CPU
-  *out = v;
+  if constexpr (std::is_same_v<TC, Acc>)
+    *out = v;
+  else
+    *out = TC(static_cast<float>(v));
 }
 
 /// Element (k0 + row + step * i, n0 + col) of an implicit-GEMM B operand (see cuda_conv_gather)

@@ -232,8 +232,8 @@ __device__ __forceinline__ void cuda_tc_store(E* tile, bool by_row, const E (&r)
 
 /// The tensor-core kernels' epilogue (cuda_gemm_store) for a warp's 64 x 32 outputs at (r0, c0):
 /// one 16 x 16 accumulator fragment at a time through the warp's staging tile Cs ([16][20]).
-template <class TA, class TB, class Acc, class Frag>
-__device__ __forceinline__ void cuda_tc_epilogue(const cuda_gemm_args<TA, TB, Acc>& p, Acc* c,
+template <class TA, class TB, class Acc, class TC, class Frag>
+__device__ __forceinline__ void cuda_tc_epilogue(const cuda_gemm_args<TA, TB, Acc, TC>& p, TC* c,
                                                  Frag (&acc)[4][2], Acc* Cs, int64_t r0, int64_t c0,
                                                  int lane) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800  // mma.h may not declare WMMA here
@@ -261,9 +261,9 @@ __device__ __forceinline__ void cuda_tc_epilogue(const cuda_gemm_args<TA, TB, Ac
 /// arguments and results as cuda_gemm_simt<TA, TB, Acc> up to the inputs' rounding (tf32 only) and
 /// the order of the float additions inside a k step (which the hardware fixes: results do not
 /// depend on the launch).
-template <class Cfg, class TA, class TB, bool Gather = false>
+template <class Cfg, class TA, class TB, bool Gather = false, class TC = typename Cfg::acc>
 __global__ void __launch_bounds__(cuda_tc_threads)
-    cuda_gemm_tc(cuda_gemm_args<TA, TB, typename Cfg::acc> p, int64_t batch) {
+    cuda_gemm_tc(cuda_gemm_args<TA, TB, typename Cfg::acc, TC> p, int64_t batch) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   // bf16 and tf32 WMMA need sm_80 (int8 sm_72, fp16 sm_70: they wait for sm_80 too); the host
   // launches this kernel only where cuda_built_for(..., 80) holds, so this code is never reached.
@@ -310,7 +310,7 @@ __global__ void __launch_bounds__(cuda_tc_threads)
   for (int64_t z = blockIdx.z; z < batch; z += gridDim.z) {
     const TA* a = p.a + cuda_batch_offset(p.a_off, p.a_bs, z);
     const TB* b = p.b + cuda_batch_offset(p.b_off, p.b_bs, z);
-    Acc* c = p.c + cuda_batch_offset(p.c_off, p.c_bs, z);
+    TC* c = p.c + cuda_batch_offset(p.c_off, p.c_bs, z);
     wmma::fragment<wmma::accumulator, 16, 16, FK, Acc> acc[4][2];
 #pragma unroll
     for (int i = 0; i < 4; ++i)

@@ -115,9 +115,9 @@ __device__ __forceinline__ void cuda_tc_round_tile(float* tile, int ld) {
 /// TA, TB> (one 128 x 128 tile of matrix blockIdx.z per block, 8 warps of 64 x 32), for TA and
 /// TB that are Cfg's element type, A row-major (a_cs == 1) or column-major (ACol: a_rs == 1), B
 /// likewise, every row (column) and batch matrix starting 16-byte aligned (cuda_tc_async_fits).
-template <class Cfg, class TA, class TB, bool ACol, bool BCol>
+template <class Cfg, class TA, class TB, bool ACol, bool BCol, class TC = typename Cfg::acc>
 __global__ void __launch_bounds__(cuda_tc_threads, 2)
-    cuda_gemm_tc_async(cuda_gemm_args<TA, TB, typename Cfg::acc> p, int64_t batch) {
+    cuda_gemm_tc_async(cuda_gemm_args<TA, TB, typename Cfg::acc, TC> p, int64_t batch) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   (void)p, (void)batch;  // launched only where cuda_built_for(..., 80) holds
   __trap();
@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(cuda_tc_threads, 2)
   for (int64_t z = blockIdx.z; z < batch; z += gridDim.z) {
     const E* a = reinterpret_cast<const E*>(p.a + cuda_batch_offset(p.a_off, p.a_bs, z));
     const E* b = reinterpret_cast<const E*>(p.b + cuda_batch_offset(p.b_off, p.b_bs, z));
-    Acc* c = p.c + cuda_batch_offset(p.c_off, p.c_bs, z);
+    TC* c = p.c + cuda_batch_offset(p.c_off, p.c_bs, z);
     // Requests k step kt into its slot.
     const auto request = [&](int64_t kt) {
       E* const as = smem + (kt % S) * Tiles::stage_elems;
@@ -253,10 +253,10 @@ inline bool cuda_tc_async_fits(const void* x, int64_t rs, int64_t cs, const int6
 
 /// Launches cuda_gemm_tc_async for one layout pair; false when the device refuses its shared
 /// memory (the caller falls back to cuda_gemm_tc).
-template <class Cfg, class TA, class TB, bool ACol, bool BCol>
-bool cuda_gemm_tc_async_launch(dim3 grid, const cuda_gemm_args<TA, TB, typename Cfg::acc>& p,
+template <class Cfg, class TA, class TB, bool ACol, bool BCol, class TC>
+bool cuda_gemm_tc_async_launch(dim3 grid, const cuda_gemm_args<TA, TB, typename Cfg::acc, TC>& p,
                                int64_t batch) {
-  const auto kernel = cuda_gemm_tc_async<Cfg, TA, TB, ACol, BCol>;
+  const auto kernel = cuda_gemm_tc_async<Cfg, TA, TB, ACol, BCol, TC>;
   constexpr int bytes = cuda_tc_async_smem_bytes<Cfg, ACol, BCol>;
   // Raised once per kernel (as the tensor-core choice, per process rather than per device).
   static const bool allowed = [&] {
@@ -274,9 +274,9 @@ bool cuda_gemm_tc_async_launch(dim3 grid, const cuda_gemm_args<TA, TB, typename 
 
 /// Runs pr on the pipelined kernel when it qualifies (cuda_tc_async_family, cuda_tc_async_fits
 /// for both operands); false when it does not, and nothing was launched.
-template <class Cfg, class TA, class TB, class Acc>
-bool cuda_gemm_try_async(const gemm_problem<TA, TB, Acc>& pr, const cuda_gemm_args<TA, TB, Acc>& p,
-                         dim3 grid) {
+template <class Cfg, class TA, class TB, class Acc, class TC>
+bool cuda_gemm_try_async(const gemm_problem<TA, TB, Acc, TC>& pr,
+                         const cuda_gemm_args<TA, TB, Acc, TC>& p, dim3 grid) {
   if constexpr (!cuda_tc_async_family<Cfg, TA, TB>) {
     (void)pr, (void)p, (void)grid;
     return false;
@@ -289,10 +289,10 @@ bool cuda_gemm_try_async(const gemm_problem<TA, TB, Acc>& pr, const cuda_gemm_ar
                             int64_t{sizeof(TB)}, bcol))
       return false;
     if (acol)
-      return bcol ? cuda_gemm_tc_async_launch<Cfg, TA, TB, true, true>(grid, p, pr.batch)
-                  : cuda_gemm_tc_async_launch<Cfg, TA, TB, true, false>(grid, p, pr.batch);
-    return bcol ? cuda_gemm_tc_async_launch<Cfg, TA, TB, false, true>(grid, p, pr.batch)
-                : cuda_gemm_tc_async_launch<Cfg, TA, TB, false, false>(grid, p, pr.batch);
+      return bcol ? cuda_gemm_tc_async_launch<Cfg, TA, TB, true, true, TC>(grid, p, pr.batch)
+                  : cuda_gemm_tc_async_launch<Cfg, TA, TB, true, false, TC>(grid, p, pr.batch);
+    return bcol ? cuda_gemm_tc_async_launch<Cfg, TA, TB, false, true, TC>(grid, p, pr.batch)
+                : cuda_gemm_tc_async_launch<Cfg, TA, TB, false, false, TC>(grid, p, pr.batch);
   }
 }
 
