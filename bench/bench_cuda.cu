@@ -6,7 +6,10 @@
 //   stream/<op>/tessera/<MiB>         map(a*x+b) into a preallocated output, sum over everything
 //   gemm_<type>/<impl>/<m>x<k>x<n>    C = A·B, row-major operands; impl tessera or cublas
 //                                     (cublasGemmEx; fp8 through cublasLt, B given as Bᵀ
-//                                     row-major because cublasLt's fp8 wants the TN layout)
+//                                     row-major because cublasLt's fp8 wants the TN layout);
+//                                     for tf32, fp16 and bf16 squares also tessera_staged: the
+//                                     register-staged tensor-core kernel, with the cp.async
+//                                     pipeline (which tessera rows use) switched off
 //
 // Types: fp32 (SIMT), tf32 (float in and out; tessera under set_float32_matmul_precision(high),
 // cuBLAS with CUBLAS_COMPUTE_32F_FAST_TF32), fp16 and bf16 (fp16/bf16 out, float accumulation),
@@ -238,12 +241,21 @@ void cublas_gemm(const gemm_inputs<K>& in, const DevT<typename gemm_types<K>::ou
   }
 }
 
+/// Which implementation a GEMM row times.
+enum class impl { tessera, tessera_staged, cublas };
+
 template <kind K>
-void bm_gemm(benchmark::State& st, bool tessera, int64_t m, int64_t k, int64_t n, double tol) {
+void bm_gemm(benchmark::State& st, impl who, int64_t m, int64_t k, int64_t n, double tol) {
   using out = typename gemm_types<K>::out;
   const gemm_inputs<K> in(m, k, n);
   auto c = poisoned<out>({m, n});
-  if (tessera) {
+  if (who != impl::cublas) {
+    // tessera_staged: the pipeline off for this row only.
+    struct pipeline_scope {
+      bool saved = ts::detail::cuda_gemm_async_copies();
+      explicit pipeline_scope(bool on) { ts::detail::cuda_gemm_async_copies() = on; }
+      ~pipeline_scope() { ts::detail::cuda_gemm_async_copies() = saved; }
+    } const pipeline(who == impl::tessera);
     // tf32 is tessera's float product under matmul_precision::high (restored on the way out).
     const precision_scope scope(K == kind::tf32 ? ts::matmul_precision::high
                                                 : ts::get_float32_matmul_precision());
@@ -260,17 +272,24 @@ void bm_gemm(benchmark::State& st, bool tessera, int64_t m, int64_t k, int64_t n
 }
 
 template <kind K>
-void add_gemm(const char* type, int64_t m, int64_t k, int64_t n, double tol, int iterations) {
+void add_gemm(const char* type, int64_t m, int64_t k, int64_t n, double tol, int iterations,
+              bool staged = false) {
   const std::string shape = std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
-  for (bool tessera : {true, false}) {
-    add_timed(std::string("gemm_") + type + (tessera ? "/tessera/" : "/cublas/") + shape,
-              iterations, [=](benchmark::State& st) { bm_gemm<K>(st, tessera, m, k, n, tol); });
+  for (impl who : {impl::tessera, impl::tessera_staged, impl::cublas}) {
+    if (who == impl::tessera_staged && !staged) continue;
+    const char* name = who == impl::tessera          ? "/tessera/"
+                       : who == impl::tessera_staged ? "/tessera_staged/"
+                                                     : "/cublas/";
+    add_timed(std::string("gemm_") + type + name + shape, iterations,
+              [=](benchmark::State& st) { bm_gemm<K>(st, who, m, k, n, tol); });
   }
 }
 
 template <kind K>
 void add_gemm_squares(const char* type, double tol) {
-  for (int64_t s : {1024, 4096, 8192}) add_gemm<K>(type, s, s, s, tol, s >= 8192 ? 10 : 50);
+  constexpr bool pipelined = K == kind::tf32 || K == kind::fp16 || K == kind::bf16;
+  for (int64_t s : {1024, 4096, 8192})
+    add_gemm<K>(type, s, s, s, tol, s >= 8192 ? 10 : 50, pipelined);
 }
 
 /// Registers every benchmark of this program (called only when a GPU is visible).
