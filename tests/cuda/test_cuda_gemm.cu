@@ -211,15 +211,10 @@ TEST_F(CudaGemmTf32, RandomInputsAgreeWithTf32RoundedInputs) {
 // CPU's bit for bit, and so must the register-staged kernel's on the same inputs (the pipeline
 // switched off). Every case also checks which kernel ran.
 template <class T>
-class CudaGemmPipeline : public CudaFixture {
+class CudaGemmPipeline : public CudaGemmTf32 {  // float: tf32 tensor cores
  protected:
-  void SetUp() override {
-    CudaFixture::SetUp();
-    saved_ = ts::get_float32_matmul_precision();
-    ts::set_float32_matmul_precision(ts::matmul_precision::high);  // float: tf32 tensor cores
-  }
   void TearDown() override {
-    ts::set_float32_matmul_precision(saved_);
+    CudaGemmTf32::TearDown();
     ts::detail::cuda_gemm_async_copies() = true;
   }
   /// Whether this build runs T x T on the tensor cores (else neither kernel below runs).
@@ -240,9 +235,6 @@ class CudaGemmPipeline : public CudaFixture {
       EXPECT_EQ(ran > 0, async && pipelined && tensor_cores()) << what << ": which kernel ran";
     }
   }
-
- private:
-  ts::matmul_precision saved_ = ts::matmul_precision::highest;
 };
 using PipelineDtypes = ::testing::Types<ts::half, ts::bfloat16, float>;
 TYPED_TEST_SUITE(CudaGemmPipeline, PipelineDtypes);
@@ -320,11 +312,8 @@ TYPED_TEST(CudaGemmPipeline, LinearWithBiasAndReluEpilogue) {
 }
 
 // tf32 rounding on the pipeline: each thread rounds what it copied, after its wait.
-TEST(CudaGemmPipelineTf32, InputsRoundToNearestTf32TiesAway) {
-  if (!no_gpu_reason().empty()) GTEST_SKIP() << "no CUDA device visible; CUDA test skipped";
+TEST_F(CudaGemmTf32, PipelineInputsRoundToNearestTf32TiesAway) {
   namespace d = ts::detail;
-  const ts::matmul_precision saved = ts::get_float32_matmul_precision();
-  ts::set_float32_matmul_precision(ts::matmul_precision::high);
   // 8 x 8 operands (eligible); each output sums 8 copies of x / 8, so it equals x as seen by
   // the tensor cores: 1 + 2^-10 (rounded, ties away) rather than x = 1 + 2^-11.
   const float x = 1.0f + std::ldexp(1.0f, -11);
@@ -332,10 +321,8 @@ TEST(CudaGemmPipelineTf32, InputsRoundToNearestTf32TiesAway) {
              b = ts::full<float, ts::cuda>({8, 8}, 0.125f);
   const int64_t before = d::cuda_gemm_async_launches().load();
   const auto got = ts::matmul(a, b).to<ts::cpu>();
-  const bool tc = d::cuda_built_for(d::cuda_gemm_tc<d::cuda_tc_tf32, float, float>, 80);
-  EXPECT_EQ(d::cuda_gemm_async_launches().load() > before, tc);
-  for (float v : got.to_vector()) EXPECT_EQ(v, tc ? 1.0f + std::ldexp(1.0f, -10) : x);
-  ts::set_float32_matmul_precision(saved);
+  EXPECT_EQ(d::cuda_gemm_async_launches().load() > before, tensor_cores());
+  for (float v : got.to_vector()) EXPECT_EQ(v, tensor_cores() ? 1.0f + std::ldexp(1.0f, -10) : x);
 }
 
 class CudaGemmOps : public CudaFixture {};

@@ -81,11 +81,11 @@ __device__ __forceinline__ void cuda_gemm_load_b(const TB* b, int64_t b_rs, int6
 
 /// The [8 x 128] slice of an implicit-GEMM B (a convolution's input, see cuda_conv_gather) in
 /// cuda_gemm_load_b's column-fast layout.
-template <class Acc, class TA, class TB>
+template <class Acc, class TA, class TB, class TC>
 __device__ __forceinline__ void cuda_gemm_gather_b(const TB* image,
-                                                   const cuda_gemm_args<TA, TB, Acc>& p, int64_t k0,
-                                                   int64_t n0, Acc (&r)[4], int (&row)[4],
-                                                   int (&col)[4]) {
+                                                   const cuda_gemm_args<TA, TB, Acc, TC>& p,
+                                                   int64_t k0, int64_t n0, Acc (&r)[4],
+                                                   int (&row)[4], int (&col)[4]) {
   const int t = threadIdx.x;
 #pragma unroll
   for (int j = 0; j < 4; ++j) row[j] = t / 128 + 2 * j, col[j] = t % 128;

@@ -50,8 +50,9 @@ inline constexpr int cuda_tc_bm = 128, cuda_tc_bn = 128;
 inline constexpr int cuda_tc_threads = 256;
 inline constexpr int cuda_tc_ldc = 16 + 4;  // a warp's staging tile for one accumulator fragment
 
-// The families name WMMA's types only inside the kernel body: mma.h declares precision::tf32
-// (and all of WMMA below sm_70) only when compiling for architectures that have them.
+// The families name WMMA's types only in device code built for sm_80+ (the kernels,
+// cuda_tc_multiply_step): mma.h declares precision::tf32 (and all of WMMA below sm_70) only when
+// compiling for architectures that have them.
 struct cuda_tf32_tag {};
 
 /// Row-major shared tiles A [128][bk + 8] and B [bk][136], for the families whose elements are
@@ -230,6 +231,41 @@ __device__ __forceinline__ void cuda_tc_store(E* tile, bool by_row, const E (&r)
   }
 }
 
+/// acc += this warp's 64 x 32 share of one shared k step of family Cfg: A and B tiles at `at`
+/// and `bt`, laid out as Tiles says (a_at, lda, b_at, ldb), read as ALayout and BLayout
+/// fragments of Cfg's input type. The inner loop of both tensor-core kernels.
+template <class Cfg, class Tiles, bool ACol, bool BCol, class Frag>
+__device__ __forceinline__ void cuda_tc_multiply_step(Frag (&acc)[4][2],
+                                                      const typename Cfg::frag_ptr* at,
+                                                      const typename Cfg::frag_ptr* bt, int wm,
+                                                      int wn) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800  // mma.h may not declare WMMA here
+  (void)acc, (void)at, (void)bt, (void)wm, (void)wn;
+#else
+  namespace wmma = nvcuda::wmma;
+  using In = std::conditional_t<std::is_same_v<typename Cfg::frag, cuda_tf32_tag>,
+                                wmma::precision::tf32, typename Cfg::frag>;
+  using ALayout = std::conditional_t<ACol, wmma::col_major, wmma::row_major>;
+  using BLayout = std::conditional_t<BCol, wmma::col_major, wmma::row_major>;
+  constexpr int FK = Cfg::fk;
+#pragma unroll
+  for (int kk = 0; kk < Cfg::bk; kk += FK) {
+    wmma::fragment<wmma::matrix_a, 16, 16, FK, In, ALayout> fa[4];
+    wmma::fragment<wmma::matrix_b, 16, 16, FK, In, BLayout> fb[2];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      wmma::load_matrix_sync(fa[i], at + Tiles::a_at(wm * 64 + i * 16, kk), Tiles::lda);
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+      wmma::load_matrix_sync(fb[j], bt + Tiles::b_at(kk, wn * 32 + j * 16), Tiles::ldb);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+  }
+#endif
+}
+
 /// The tensor-core kernels' epilogue (cuda_gemm_store) for a warp's 64 x 32 outputs at (r0, c0):
 /// one 16 x 16 accumulator fragment at a time through the warp's staging tile Cs ([16][20]).
 template <class TA, class TB, class Acc, class TC, class Frag>
@@ -271,9 +307,6 @@ __global__ void __launch_bounds__(cuda_tc_threads)
   __trap();
 #else
   namespace wmma = nvcuda::wmma;
-  using FragIn = std::conditional_t<std::is_same_v<typename Cfg::frag, cuda_tf32_tag>,
-                                    wmma::precision::tf32, typename Cfg::frag>;
-  using BLayout = std::conditional_t<Cfg::b_col_major, wmma::col_major, wmma::row_major>;
   using E = typename Cfg::elem;
   using F = typename Cfg::frag_ptr;
   using Acc = typename Cfg::acc;
@@ -325,23 +358,9 @@ __global__ void __launch_bounds__(cuda_tc_threads)
       for (int64_t k0 = 0; k0 < p.k; k0 += BK) {
         const bool more = k0 + BK < p.k;
         if (more) load(a, b, k0 + BK);  // the next slice, into registers, while this one is used
-        const F* at = reinterpret_cast<const F*>(As + buf * Cfg::a_elems);
-        const F* bt = reinterpret_cast<const F*>(Bs + buf * Cfg::b_elems);
-#pragma unroll
-        for (int kk = 0; kk < BK; kk += FK) {
-          wmma::fragment<wmma::matrix_a, 16, 16, FK, FragIn, wmma::row_major> fa[4];
-          wmma::fragment<wmma::matrix_b, 16, 16, FK, FragIn, BLayout> fb[2];
-#pragma unroll
-          for (int i = 0; i < 4; ++i)
-            wmma::load_matrix_sync(fa[i], at + Cfg::a_at(wm * 64 + i * 16, kk), Cfg::lda);
-#pragma unroll
-          for (int j = 0; j < 2; ++j)
-            wmma::load_matrix_sync(fb[j], bt + Cfg::b_at(kk, wn * 32 + j * 16), Cfg::ldb);
-#pragma unroll
-          for (int i = 0; i < 4; ++i)
-#pragma unroll
-            for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
-        }
+        cuda_tc_multiply_step<Cfg, Cfg, false, Cfg::b_col_major>(
+            acc, reinterpret_cast<const F*>(As + buf * Cfg::a_elems),
+            reinterpret_cast<const F*>(Bs + buf * Cfg::b_elems), wm, wn);
         if (more) {
           // The other buffer was last read before the previous barrier: safe to overwrite.
           buf ^= 1;

@@ -123,10 +123,6 @@ __global__ void __launch_bounds__(cuda_tc_threads, 2)
   __trap();
 #else
   namespace wmma = nvcuda::wmma;
-  using FragIn = std::conditional_t<std::is_same_v<typename Cfg::frag, cuda_tf32_tag>,
-                                    wmma::precision::tf32, typename Cfg::frag>;
-  using ALayout = std::conditional_t<ACol, wmma::col_major, wmma::row_major>;
-  using BLayout = std::conditional_t<BCol, wmma::col_major, wmma::row_major>;
   using E = typename Cfg::elem;
   using F = typename Cfg::frag_ptr;
   using Acc = typename Cfg::acc;
@@ -182,23 +178,8 @@ __global__ void __launch_bounds__(cuda_tc_threads, 2)
         __syncthreads();  // everyone's copies of step kt are visible; step kt - 1 is done
         if (kt + S - 1 < steps) request(kt + S - 1);  // into step kt - 1's slot
         cuda_cp_async_commit();
-        const F* at = reinterpret_cast<const F*>(as);
-        const F* bt = reinterpret_cast<const F*>(bs);
-#pragma unroll
-        for (int kk = 0; kk < BK; kk += FK) {
-          wmma::fragment<wmma::matrix_a, 16, 16, FK, FragIn, ALayout> fa[4];
-          wmma::fragment<wmma::matrix_b, 16, 16, FK, FragIn, BLayout> fb[2];
-#pragma unroll
-          for (int i = 0; i < 4; ++i)
-            wmma::load_matrix_sync(fa[i], at + Tiles::a_at(wm * 64 + i * 16, kk), Tiles::lda);
-#pragma unroll
-          for (int j = 0; j < 2; ++j)
-            wmma::load_matrix_sync(fb[j], bt + Tiles::b_at(kk, wn * 32 + j * 16), Tiles::ldb);
-#pragma unroll
-          for (int i = 0; i < 4; ++i)
-#pragma unroll
-            for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
-        }
+        cuda_tc_multiply_step<Cfg, Tiles, ACol, BCol>(acc, reinterpret_cast<const F*>(as),
+                                                      reinterpret_cast<const F*>(bs), wm, wn);
       }
       cuda_cp_async_wait<0>();  // only empty groups are left; none may outlive the loop
     }
