@@ -242,7 +242,9 @@ void cublas_gemm(const gemm_inputs<K>& in, const DevT<typename gemm_types<K>::ou
 }
 
 /// Which implementation a GEMM row times.
-enum class impl { tessera, tessera_staged, cublas };
+/// tessera: the default kernel choice; tessera_wmma: the WMMA pipeline where the mma.sync
+/// kernel would run (fp16, bf16); tessera_staged: the register-staged kernel (pipelines off).
+enum class impl { tessera, tessera_wmma, tessera_staged, cublas };
 
 template <kind K>
 void bm_gemm(benchmark::State& st, impl who, int64_t m, int64_t k, int64_t n, double tol) {
@@ -250,12 +252,18 @@ void bm_gemm(benchmark::State& st, impl who, int64_t m, int64_t k, int64_t n, do
   const gemm_inputs<K> in(m, k, n);
   auto c = poisoned<out>({m, n});
   if (who != impl::cublas) {
-    // tessera_staged: the pipeline off for this row only.
-    struct pipeline_scope {
-      bool saved = ts::detail::cuda_gemm_async_copies();
-      explicit pipeline_scope(bool on) { ts::detail::cuda_gemm_async_copies() = on; }
-      ~pipeline_scope() { ts::detail::cuda_gemm_async_copies() = saved; }
-    } const pipeline(who == impl::tessera);
+    // The kernel switches for this row only.
+    struct kernel_scope {
+      bool async = ts::detail::cuda_gemm_async_copies(), mma = ts::detail::cuda_gemm_mma_enabled();
+      explicit kernel_scope(impl who) {
+        ts::detail::cuda_gemm_async_copies() = who != impl::tessera_staged;
+        ts::detail::cuda_gemm_mma_enabled() = who == impl::tessera;
+      }
+      ~kernel_scope() {
+        ts::detail::cuda_gemm_async_copies() = async;
+        ts::detail::cuda_gemm_mma_enabled() = mma;
+      }
+    } const kernels(who);
     // tf32 is tessera's float product under matmul_precision::high (restored on the way out).
     const precision_scope scope(K == kind::tf32 ? ts::matmul_precision::high
                                                 : ts::get_float32_matmul_precision());
@@ -271,13 +279,19 @@ void bm_gemm(benchmark::State& st, impl who, int64_t m, int64_t k, int64_t n, do
   st.counters["TFLOP/s"] = 2.0 * m * n * k / (st.counters["median_us"] * 1e-6) / 1e12;
 }
 
+/// Rows for tessera and cuBLAS; with variants, also tessera's other kernels for K (the WMMA
+/// pipeline for fp16 / bf16, the register-staged kernel for the pipelined kinds).
 template <kind K>
 void add_gemm(const char* type, int64_t m, int64_t k, int64_t n, double tol, int iterations,
-              bool staged = false) {
+              bool variants = false) {
   const std::string shape = std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
-  for (impl who : {impl::tessera, impl::tessera_staged, impl::cublas}) {
-    if (who == impl::tessera_staged && !staged) continue;
+  constexpr bool has_mma = K == kind::fp16 || K == kind::bf16;
+  for (impl who : {impl::tessera, impl::tessera_wmma, impl::tessera_staged, impl::cublas}) {
+    if ((who == impl::tessera_staged && !variants) ||
+        (who == impl::tessera_wmma && !(variants && has_mma)))
+      continue;
     const char* name = who == impl::tessera          ? "/tessera/"
+                       : who == impl::tessera_wmma   ? "/tessera_wmma/"
                        : who == impl::tessera_staged ? "/tessera_staged/"
                                                      : "/cublas/";
     add_timed(std::string("gemm_") + type + name + shape, iterations,

@@ -5,6 +5,9 @@
 // random-normal products (16-bit, tf32) are checked against their rounding. Every
 // test skips, with a message, when no CUDA device is visible.
 #include <limits>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "cuda_test_util.cuh"
 
@@ -206,33 +209,48 @@ TEST_F(CudaGemmTf32, RandomInputsAgreeWithTf32RoundedInputs) {
   }
 }
 
-// The cp.async pipeline (gemm_tc_async.cuh): half, bfloat16 and (tf32) float operands that are
-// row- or column-major with 16-byte aligned rows. Small integers, so its result must equal the
-// CPU's bit for bit, and so must the register-staged kernel's on the same inputs (the pipeline
-// switched off). Every case also checks which kernel ran.
+// The pipelined kernels: for half, bfloat16 and (tf32) float operands that are row- or
+// column-major with 16-byte aligned rows, the WMMA pipeline (gemm_tc_async.cuh) and, for the
+// 16-bit types, the mma.sync kernel (gemm_mma.cuh, swizzled tiles read by ldmatrix). Small
+// integers, so every kernel's result must equal the CPU's bit for bit, the register-staged
+// kernel's too (pipelines switched off). Every case also checks which kernel ran.
 template <class T>
 class CudaGemmPipeline : public CudaGemmTf32 {  // float: tf32 tensor cores
  protected:
   void TearDown() override {
     CudaGemmTf32::TearDown();
     ts::detail::cuda_gemm_async_copies() = true;
+    ts::detail::cuda_gemm_mma_enabled() = true;
   }
-  /// Whether this build runs T x T on the tensor cores (else neither kernel below runs).
+  /// Whether this build runs T x T on the tensor cores (else none of the kernels below runs).
   static bool tensor_cores() {
     namespace d = ts::detail;
     using Cfg = typename d::cuda_tc_select<T, T, float>::type;
     return d::cuda_built_for(d::cuda_gemm_tc<Cfg, T, T>, 80);
   }
-  /// op (one product on device tensors) against the CPU, on the pipeline and then on the
-  /// register-staged kernel; `pipelined`: whether the pipeline must take it.
+  enum class kernel { mma, wmma_pipeline, register_staged };
+  /// op (one product on device tensors) against the CPU on each kernel that can take T x T;
+  /// `pipelined`: whether the operands qualify for the pipelines.
   template <class Op, class... X>
-  void expect_both_kernels(const std::string& what, bool pipelined, Op op, const X&... xs) {
-    for (const bool async : {true, false}) {
-      ts::detail::cuda_gemm_async_copies() = async;
-      const int64_t before = ts::detail::cuda_gemm_async_launches().load();
-      expect_same(what + (async ? " (pipeline on)" : " (pipeline off)"), 0, 0, op, xs...);
-      const int64_t ran = ts::detail::cuda_gemm_async_launches().load() - before;
-      EXPECT_EQ(ran > 0, async && pipelined && tensor_cores()) << what << ": which kernel ran";
+  void expect_every_kernel(const std::string& what, bool pipelined, Op op, const X&... xs) {
+    namespace d = ts::detail;
+    constexpr bool has_mma = !std::is_same_v<T, float>;
+    for (const kernel k : {kernel::mma, kernel::wmma_pipeline, kernel::register_staged}) {
+      if (k == kernel::mma && !has_mma) continue;
+      d::cuda_gemm_async_copies() = k != kernel::register_staged;
+      d::cuda_gemm_mma_enabled() = k == kernel::mma;
+      const int64_t mma_before = d::cuda_gemm_mma_launches().load();
+      const int64_t wmma_before = d::cuda_gemm_async_launches().load();
+      const char* name = k == kernel::mma             ? " (mma.sync)"
+                         : k == kernel::wmma_pipeline ? " (WMMA pipeline)"
+                                                      : " (register-staged)";
+      expect_same(what + name, 0, 0, op, xs...);
+      const bool on = pipelined && tensor_cores();
+      EXPECT_EQ(d::cuda_gemm_mma_launches().load() > mma_before, on && k == kernel::mma)
+          << what << name << ": which kernel ran";
+      EXPECT_EQ(d::cuda_gemm_async_launches().load() > wmma_before,
+                on && k == kernel::wmma_pipeline)
+          << what << name << ": which kernel ran";
     }
   }
 };
@@ -253,12 +271,12 @@ TYPED_TEST(CudaGemmPipeline, EveryLayoutWithTailsMatchesCpu) {
     const auto a = small_ints<T>({s.m, s.k}, seed++), b = small_ints<T>({s.k, s.n}, seed++);
     const auto at = small_ints<T>({s.k, s.m}, seed++), bt = small_ints<T>({s.n, s.k}, seed++);
     const auto t = [](const auto& x) { return x.transpose(0, 1); };
-    this->expect_both_kernels(what, true, mm, a, b);
-    this->expect_both_kernels(
+    this->expect_every_kernel(what, true, mm, a, b);
+    this->expect_every_kernel(
         what + " a^T", true, [&](const auto& x, const auto& y) { return mm(t(x), y); }, at, b);
-    this->expect_both_kernels(
+    this->expect_every_kernel(
         what + " b^T", true, [&](const auto& x, const auto& y) { return mm(x, t(y)); }, a, bt);
-    this->expect_both_kernels(
+    this->expect_every_kernel(
         what + " a^T b^T", true, [&](const auto& x, const auto& y) { return mm(t(x), t(y)); }, at,
         bt);
   }
@@ -274,13 +292,13 @@ TYPED_TEST(CudaGemmPipeline, PartialChunksAndBatchesMatchCpu) {
   const T nan = T(std::numeric_limits<float>::quiet_NaN());
   const auto wa = small_ints<T>({130, 40}, 401), wb = small_ints<T>({37, 64}, 402);
   wa.slice(1, 37, 40).fill_(nan);
-  this->expect_both_kernels(
+  this->expect_every_kernel(
       "partial chunks along k and n", true,
       [&](const auto& x, const auto& y) { return mm(x.slice(1, 0, 37), y.slice(1, 0, 61)); }, wa,
       wb);
   const auto wat = small_ints<T>({37, 48}, 403), wbt = small_ints<T>({24, 40}, 404);
   wbt.slice(1, 37, 40).fill_(nan);
-  this->expect_both_kernels(
+  this->expect_every_kernel(
       "partial chunks along m (a^T) and k (b^T)", true,
       [&](const auto& x, const auto& y) {
         return mm(x.slice(1, 0, 45).transpose(0, 1), y.slice(1, 0, 37).transpose(0, 1));
@@ -289,13 +307,13 @@ TYPED_TEST(CudaGemmPipeline, PartialChunksAndBatchesMatchCpu) {
   // Batches: contiguous batch with a broadcast matrix (strides), and a broadcast that is not a
   // multiple of the batch index (offset arrays).
   const auto a3 = small_ints<T>({3, 72, 48}, 405), b2 = small_ints<T>({48, 40}, 406);
-  this->expect_both_kernels("batched, b broadcast", true, mm, a3, b2);
+  this->expect_every_kernel("batched, b broadcast", true, mm, a3, b2);
   const auto a4 = small_ints<T>({2, 1, 72, 48}, 406), b4 = small_ints<T>({3, 48, 40}, 407);
-  this->expect_both_kernels("batched broadcast on both sides", true, mm, a4, b4);
+  this->expect_every_kernel("batched broadcast on both sides", true, mm, a4, b4);
   // Not eligible: rows of 17 elements (not 16-byte multiples), an operand with no unit stride.
   const auto odd = small_ints<T>({40, 17}, 408), b17 = small_ints<T>({17, 24}, 409);
-  this->expect_both_kernels("rows not 16-byte aligned", false, mm, odd, b17);
-  this->expect_both_kernels(
+  this->expect_every_kernel("rows not 16-byte aligned", false, mm, odd, b17);
+  this->expect_every_kernel(
       "a without a unit stride", false,
       [&](const auto& x, const auto& y) { return mm(x.slice(1, 0, 80, 2), y); },
       small_ints<T>({24, 80}, 410), small_ints<T>({40, 16}, 411));
@@ -306,9 +324,71 @@ TYPED_TEST(CudaGemmPipeline, LinearWithBiasAndReluEpilogue) {
   // linear reads w transposed (column-major B) and fuses the bias into the epilogue.
   const auto x = small_ints<T>({2, 72, 48}, 421), w = small_ints<T>({40, 48}, 422);
   const auto bias = small_ints<T>({40}, 423);
-  this->expect_both_kernels(
+  this->expect_every_kernel(
       "linear with bias", true,
       [](const auto& a, const auto& b, const auto& c) { return ts::linear(a, b, c); }, x, w, bias);
+}
+
+// The mma.sync kernel's swizzled stage tiles (gemm_mma.cuh), checked on the host (no GPU
+// needed): every element has its own place, each 16-byte chunk stays contiguous and aligned
+// (cp.async and ldmatrix move whole chunks), and neither the copies in nor the ldmatrix reads
+// out meet a bank conflict: the 8 chunks of one 128-byte wavefront (8 consecutive threads'
+// copies, or one 8 x 8 matrix's rows) fall on 8 different 16-byte groups of banks. The emulation
+// cannot see bank conflicts, so this is where a swizzle that costs speed would show.
+template <class Tile>
+void expect_swizzle_ok(const char* name, int outer, int inner) {
+  std::vector<int> seen(static_cast<size_t>(outer * inner), 0);
+  for (int o = 0; o < outer; ++o)
+    for (int i = 0; i < inner; ++i) {
+      const int at = Tile::at(o, i);
+      ASSERT_TRUE(at >= 0 && at < outer * inner) << name << " (" << o << ", " << i << ")";
+      ++seen[static_cast<size_t>(at)];
+      if (i % 8 == 0) EXPECT_EQ(at % 8, 0) << name << ": chunk start (" << o << ", " << i << ")";
+      else EXPECT_EQ(at, Tile::at(o, i - 1) + 1) << name << ": chunk (" << o << ", " << i << ")";
+    }
+  for (int n : seen) ASSERT_EQ(n, 1) << name << ": not a permutation";
+  // cp.async: chunk c goes to thread c % 128; threads 8w .. 8w + 7 form one wavefront.
+  const int per_row = inner / 8;
+  for (int c0 = 0; c0 < outer * per_row; c0 += 8) {
+    std::set<int> groups;
+    for (int c = c0; c < c0 + 8; ++c) groups.insert(Tile::at(c / per_row, c % per_row * 8) / 8 % 8);
+    EXPECT_EQ(groups.size(), 8u) << name << ": copies of chunks " << c0 << " .. " << c0 + 7;
+  }
+}
+
+/// The 16-byte bank groups of the rows that lanes 8q .. 8q + 7 give one ldmatrix.
+template <class At>
+void expect_ldmatrix_conflict_free(const char* name, At at) {
+  for (int q = 0; q < 4; ++q) {
+    std::set<int> groups;
+    for (int lane = 8 * q; lane < 8 * q + 8; ++lane) {
+      EXPECT_EQ(at(lane) % 8, 0) << name << ": lane " << lane << " row not 16-byte aligned";
+      groups.insert(at(lane) / 8 % 8);
+    }
+    EXPECT_EQ(groups.size(), 8u) << name << ": matrix " << q;
+  }
+}
+
+TEST(CudaMmaTiles, SwizzlesArePermutationsOfChunksWithoutBankConflicts) {
+  namespace d = ts::detail;
+  expect_swizzle_ok<d::cuda_mma_k_major>("k-major [128][32]", 128, 32);
+  expect_swizzle_ok<d::cuda_mma_mn_major>("mn-major [32][128]", 32, 128);
+  for (int m = 0; m < 128; m += 16)
+    for (int kk = 0; kk < 32; kk += 16) {
+      const std::string at = " at " + std::to_string(m) + ", " + std::to_string(kk);
+      expect_ldmatrix_conflict_free(("A row-major" + at).c_str(), [&](int lane) {
+        return d::cuda_mma_a_frag_at<false>(lane, m, kk);
+      });
+      expect_ldmatrix_conflict_free(("A column-major" + at).c_str(), [&](int lane) {
+        return d::cuda_mma_a_frag_at<true>(lane, m, kk);
+      });
+      expect_ldmatrix_conflict_free(("B row-major" + at).c_str(), [&](int lane) {
+        return d::cuda_mma_b_frag_at<false>(lane, m, kk);
+      });
+      expect_ldmatrix_conflict_free(("B column-major" + at).c_str(), [&](int lane) {
+        return d::cuda_mma_b_frag_at<true>(lane, m, kk);
+      });
+    }
 }
 
 // tf32 rounding on the pipeline: each thread rounds what it copied, after its wait.

@@ -27,9 +27,14 @@
 //  - asynchronous copies to shared memory (cp.async, through tessera's cuda_cp_async16): a copy
 //    lands only when its thread waits for its group (cuda_cp_async_wait), never earlier, so a
 //    kernel that reads a stage before waiting for it reads stale data; copies must be 16-byte
-//    aligned at both ends, and a thread that exits with copies outstanding fails the launch.
+//    aligned at both ends, and a thread that exits with copies outstanding fails the launch;
+//  - warp-collective instructions (ldmatrix here, mma.sync in mma.h, through tessera's
+//    mma_sync.cuh): each lane publishes its operands, waits for the others (modelled as a block
+//    barrier, so every warp of the block must make the same collective calls in the same order,
+//    stricter than a GPU), and computes its own share of the result from the lanes' operands as
+//    the PTX ISA assigns them, so a kernel that gets a fragment layout wrong gets wrong results.
 // What it does not model: performance, streams (everything is synchronous), more than one
-// device, atomics, warp intrinsics. A kernel that needs those does not compile here, which is
+// device, atomics, shuffles and votes. A kernel that needs those does not compile here, which is
 // the signal to extend this file.
 #pragma once
 
@@ -180,7 +185,11 @@ struct fiber {
   void* asan_fake_stack = nullptr;
   std::vector<async_copy> open;                   // issued, not yet committed
   std::deque<std::vector<async_copy>> committed;  // groups, oldest first
+  unsigned collectives = 0;                       // warp-collective calls made (warp_share)
 };
+
+/// Bytes of a lane's operands in one warp-collective call.
+inline constexpr size_t warp_slot_bytes = 64;
 
 struct block_run {
   std::vector<fiber>* fibers = nullptr;
@@ -191,6 +200,9 @@ struct block_run {
   const void* scheduler_stack = nullptr;
   size_t scheduler_stack_bytes = 0;
   bool failed = false;  // a thread broke a rule (message printed): the launch fails
+  // Every thread's operands of its latest two warp-collective calls (by parity): a lane writes
+  // call n + 1's while slower lanes may still read call n's.
+  std::vector<unsigned char> exchange[2];
 };
 
 inline thread_local block_run* running = nullptr;
@@ -258,6 +270,7 @@ inline void sync_threads(const char* file, int line) {
   f.state = fiber::ready;
   f.open.clear();
   f.committed.clear();
+  f.collectives = 0;
 }
 
 /// Runs f until it waits at a barrier or exits.
@@ -320,6 +333,7 @@ inline void launch(const char* what, dim3 grid, dim3 block, const std::function<
   static std::vector<fiber> fibers(1024);
   block_run r;
   r.fibers = &fibers;
+  for (auto& e : r.exchange) e.assign(static_cast<size_t>(threads) * warp_slot_bytes, 0);
   r.body = &body;
   gridDim = grid;
   blockDim = block;
@@ -428,6 +442,54 @@ inline void cp_async_wait(size_t newest_pending) {
       std::memset(static_cast<unsigned char*>(c.dst) + c.bytes, 0, 16 - c.bytes);
     }
     f.committed.pop_front();
+  }
+}
+
+/// A warp-collective call (op names it): publishes this lane's `bytes` of operands, waits until
+/// every thread of the block has published (the block barrier stands in for the warp's), and
+/// returns the operands of the 32 lanes of this thread's warp, warp_slot_bytes apart.
+inline const unsigned char* warp_share(const void* mine, size_t bytes, const char* op) {
+  fiber& f = current_fiber(op);
+  block_run& r = *running;
+  const auto t = static_cast<size_t>(&f - r.fibers->data());
+  if (blockDim.x % 32 != 0 || bytes > warp_slot_bytes) {
+    std::fprintf(stderr, "tessera cuda emulation: %s needs whole warps (blockDim.x %u)\n", op,
+                 blockDim.x);
+    std::abort();
+  }
+  unsigned char* const slots = r.exchange[f.collectives++ & 1].data();
+  std::memcpy(slots + t * warp_slot_bytes, mine, bytes);
+  sync_threads(op, 0);
+  return slots + t / 32 * 32 * warp_slot_bytes;
+}
+
+/// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: lanes 8i .. 8i + 7 give the rows of 8 x 8
+/// matrix i (16 bytes each, 16-byte aligned); register i of lane L receives row L / 4, elements
+/// 2 (L % 4) and 2 (L % 4) + 1 of matrix i, or with trans those of its transpose (column L / 4).
+/// The lower-indexed element goes to the low 16 bits.
+inline void ldmatrix_x4(uint32_t (&r)[4], const void* row, bool trans) {
+  if (reinterpret_cast<uintptr_t>(row) % 16 != 0) {
+    std::fprintf(stderr, "tessera cuda emulation: ldmatrix row address %p is not 16-byte aligned\n",
+                 row);
+    running->failed = true;
+  }
+  const unsigned char* const rows = warp_share(&row, sizeof row, "ldmatrix");
+  const auto row_of = [&](int lane) {
+    const void* p;
+    std::memcpy(&p, rows + lane * warp_slot_bytes, sizeof p);
+    return static_cast<const uint16_t*>(p);
+  };
+  const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+  for (int i = 0; i < 4; ++i) {
+    uint16_t lo, hi;
+    if (trans) {
+      lo = row_of(8 * i + 2 * t)[g];
+      hi = row_of(8 * i + 2 * t + 1)[g];
+    } else {
+      lo = row_of(8 * i + g)[2 * t];
+      hi = row_of(8 * i + g)[2 * t + 1];
+    }
+    r[i] = uint32_t{lo} | uint32_t{hi} << 16;
   }
 }
 

@@ -10,10 +10,14 @@
 // documented requirements are checked: pointers 256-bit aligned, ldm a multiple of 16 bytes.
 // tf32 inputs are read as the hardware reads them, from the top 19 bits of each float (a kernel
 // that forgets __float_to_tf32 truncates, as on a GPU); integer products wrap in 32 bits.
+//
+// Below WMMA, the raw mma.sync of tessera's mma_sync.cuh: a warp collective whose fragment
+// layouts are modelled lane by lane (tessera_cuda_emulation::mma_m16n8k16).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -147,3 +151,48 @@ void mma_sync(fragment<accumulator, M, N, K, Acc>& d, const fragment<matrix_a, M
 }
 
 }  // namespace nvcuda::wmma
+
+namespace tessera_cuda_emulation {
+
+/// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32 with d = c (in place):
+/// d += A (16 x 16) B (16 x 8), from the warp's fragments as the PTX ISA lays them out. Lane L,
+/// with g = L / 4 and t = L % 4, holds A(g, 2t..2t+1) in a[0], A(g + 8, 2t..) in a[1], A(g, 2t +
+/// 8..) in a[2], A(g + 8, 2t + 8..) in a[3]; B(2t..2t+1, g) in b[0], B(2t + 8.., g) in b[1]; and
+/// D(g, 2t..2t+1) in d[0..1], D(g + 8, 2t..2t+1) in d[2..3]; the lower k or column in the low
+/// half. The k terms are added to d in order, in float.
+template <class In>
+void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  struct operands {
+    uint32_t a[4], b[2];
+  } mine{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}};
+  const unsigned char* const lanes = warp_share(&mine, sizeof mine, "mma.sync");
+  const auto lane_ops = [&](int lane) {
+    operands o;
+    std::memcpy(&o, lanes + lane * warp_slot_bytes, sizeof o);
+    return o;
+  };
+  const auto half_of = [](uint32_t reg, int k) {
+    return static_cast<uint16_t>(k % 2 ? reg >> 16 : reg & 0xffffu);
+  };
+  const auto decode = [](uint16_t bits) {
+    if constexpr (std::is_same_v<In, __half>)
+      return static_cast<float>(tessera::half::from_bits(bits));
+    else
+      return static_cast<float>(tessera::bfloat16::from_bits(bits));
+  };
+  const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+  for (int r = 0; r < 4; ++r) {
+    const int row = g + (r >= 2 ? 8 : 0), col = 2 * t + r % 2;
+    float s = d[r];
+    for (int k = 0; k < 16; ++k) {
+      const operands ao = lane_ops(row % 8 * 4 + k % 8 / 2);
+      const operands bo = lane_ops(col * 4 + k % 8 / 2);
+      const float av = decode(half_of(ao.a[(row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)], k));
+      const float bv = decode(half_of(bo.b[k >= 8 ? 1 : 0], k));
+      s += av * bv;
+    }
+    d[r] = s;
+  }
+}
+
+}  // namespace tessera_cuda_emulation

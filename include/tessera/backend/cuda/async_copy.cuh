@@ -63,5 +63,36 @@ __device__ __forceinline__ void cuda_cp_async_wait() {
 #endif
 }
 
+/// Calls f(o, i) for each 16-byte chunk of an [Outer x Inner] tile of E that this thread (of
+/// Threads) copies: the chunk covers elements i .. i + 16 / sizeof(E) - 1 of row o. The same
+/// chunks every step, so a thread can find again what it copied (the tf32 rounding does).
+template <int Outer, int Inner, class E, int Threads, class F>
+__device__ __forceinline__ void cuda_each_chunk(F f) {
+  constexpr int V = 16 / static_cast<int>(sizeof(E)), per_row = Inner / V;
+  constexpr int per_thread = Outer * per_row / Threads;
+  static_assert(Inner % V == 0 && Outer * per_row % Threads == 0);
+#pragma unroll
+  for (int n = 0; n < per_thread; ++n) {
+    const int c = static_cast<int>(threadIdx.x) + n * Threads;
+    f(c / per_row, c % per_row * V);
+  }
+}
+
+/// Starts this thread's copies (of Threads) of an [Outer x Inner] tile from src (element (o, i)
+/// at src[o * src_ld + i]) to shared tile + at(o, i), where at keeps each chunk's elements
+/// contiguous and 16-byte aligned (a padded or swizzled layout); elements past outer_left rows
+/// or inner_left columns are zeros. Inner is the operand's contiguous direction in memory.
+template <int Outer, int Inner, int Threads, class E, class At>
+__device__ __forceinline__ void cuda_copy_tile(E* tile, At at, const E* src, int64_t src_ld,
+                                               int64_t outer_left, int64_t inner_left) {
+  constexpr int V = 16 / static_cast<int>(sizeof(E));
+  cuda_each_chunk<Outer, Inner, E, Threads>([&](int o, int i) {
+    const int64_t left = o < outer_left ? inner_left - i : 0;
+    const int bytes = left <= 0 ? 0 : left >= V ? 16 : static_cast<int>(left * sizeof(E));
+    // A chunk outside the matrix reads nothing, from an address that is aligned and valid.
+    cuda_cp_async16(tile + at(o, i), bytes ? src + o * src_ld + i : src, bytes);
+  });
+}
+
 }  // namespace detail
 TESSERA_END_NAMESPACE

@@ -38,6 +38,7 @@
 #include "../../detail/gemm_problem.hpp"
 #include "async_copy.cuh"
 #include "gemm_args.cuh"
+#include "gemm_mma.cuh"
 #include "gemm_tc.cuh"
 #include "launch.hpp"
 
@@ -72,40 +73,10 @@ inline constexpr int cuda_tc_async_smem_bytes = [] {
   return stages > staging ? stages : staging;
 }();
 
-/// Calls f(chunk, o, i) for each 16-byte chunk of an [Outer x Inner] tile that this thread
-/// copies: chunk c covers elements i .. i + V - 1 of row o (the same chunks every step, so the
-/// tf32 rounding finds the ones its thread copied).
-template <int Outer, int Inner, class E, class F>
-__device__ __forceinline__ void cuda_tc_each_chunk(F f) {
-  constexpr int V = 16 / static_cast<int>(sizeof(E)), per_row = Inner / V;
-  constexpr int per_thread = Outer * per_row / cuda_tc_threads;
-  static_assert(Inner % V == 0 && Outer * per_row % cuda_tc_threads == 0);
-#pragma unroll
-  for (int n = 0; n < per_thread; ++n) {
-    const int c = static_cast<int>(threadIdx.x) + n * cuda_tc_threads;
-    f(c / per_row, c % per_row * V);
-  }
-}
-
-/// Starts this thread's copies of an [Outer x Inner] tile (row o at tile + o * ld) from src
-/// (element (o, i) at src[o * src_ld + i]); elements past outer_left rows or inner_left columns
-/// are zeros. Inner is the operand's contiguous direction in memory and in the tile.
-template <int Outer, int Inner, class E>
-__device__ __forceinline__ void cuda_tc_copy_tile(E* tile, int ld, const E* src, int64_t src_ld,
-                                                  int64_t outer_left, int64_t inner_left) {
-  constexpr int V = 16 / static_cast<int>(sizeof(E));
-  cuda_tc_each_chunk<Outer, Inner, E>([&](int o, int i) {
-    const int64_t left = o < outer_left ? inner_left - i : 0;
-    const int bytes = left <= 0 ? 0 : left >= V ? 16 : static_cast<int>(left * sizeof(E));
-    // A chunk outside the matrix reads nothing, from an address that is aligned and valid.
-    cuda_cp_async16(tile + o * ld + i, bytes ? src + o * src_ld + i : src, bytes);
-  });
-}
-
 /// Rounds to tf32, in place, the elements of this thread's chunks of an [Outer x Inner] tile.
 template <int Outer, int Inner, class Cfg>
 __device__ __forceinline__ void cuda_tc_round_tile(float* tile, int ld) {
-  cuda_tc_each_chunk<Outer, Inner, float>([&](int o, int i) {
+  cuda_each_chunk<Outer, Inner, float, cuda_tc_threads>([&](int o, int i) {
 #pragma unroll
     for (int v = 0; v < 4; ++v) tile[o * ld + i + v] = Cfg::convert(tile[o * ld + i + v]);
   });
@@ -142,18 +113,21 @@ __global__ void __launch_bounds__(cuda_tc_threads, 2)
     const E* b = reinterpret_cast<const E*>(p.b + cuda_batch_offset(p.b_off, p.b_bs, z));
     TC* c = p.c + cuda_batch_offset(p.c_off, p.c_bs, z);
     // Requests k step kt into its slot.
+    const auto a_at = [](int o, int i) { return o * Tiles::lda + i; };
+    const auto b_at = [](int o, int i) { return o * Tiles::ldb + i; };
     const auto request = [&](int64_t kt) {
       E* const as = smem + (kt % S) * Tiles::stage_elems;
       E* const bs = as + Tiles::a_elems;
       const int64_t k0 = kt * BK;
+      constexpr int T = cuda_tc_threads;
       if constexpr (ACol)
-        cuda_tc_copy_tile<BK, BM>(as, Tiles::lda, a + k0 * lda + m0, lda, p.k - k0, p.m - m0);
+        cuda_copy_tile<BK, BM, T>(as, a_at, a + k0 * lda + m0, lda, p.k - k0, p.m - m0);
       else
-        cuda_tc_copy_tile<BM, BK>(as, Tiles::lda, a + m0 * lda + k0, lda, p.m - m0, p.k - k0);
+        cuda_copy_tile<BM, BK, T>(as, a_at, a + m0 * lda + k0, lda, p.m - m0, p.k - k0);
       if constexpr (BCol)
-        cuda_tc_copy_tile<BN, BK>(bs, Tiles::ldb, b + n0 * ldb + k0, ldb, p.n - n0, p.k - k0);
+        cuda_copy_tile<BN, BK, T>(bs, b_at, b + n0 * ldb + k0, ldb, p.n - n0, p.k - k0);
       else
-        cuda_tc_copy_tile<BK, BN>(bs, Tiles::ldb, b + k0 * ldb + n0, ldb, p.k - k0, p.n - n0);
+        cuda_copy_tile<BK, BN, T>(bs, b_at, b + k0 * ldb + n0, ldb, p.k - k0, p.n - n0);
     };
     wmma::fragment<wmma::accumulator, 16, 16, FK, Acc> acc[4][2];
 #pragma unroll
@@ -206,7 +180,7 @@ inline bool& cuda_gemm_async_copies() {
   return enabled;
 }
 
-/// How many products this process has run on the pipelined kernel (tests check which kernel
+/// How many products this process has run on the WMMA pipelined kernel (tests check which kernel
 /// ran; one relaxed increment per launch).
 inline std::atomic<int64_t>& cuda_gemm_async_launches() {
   static std::atomic<int64_t> n{0};
@@ -240,12 +214,7 @@ bool cuda_gemm_tc_async_launch(dim3 grid, const cuda_gemm_args<TA, TB, typename 
   const auto kernel = cuda_gemm_tc_async<Cfg, TA, TB, ACol, BCol, TC>;
   constexpr int bytes = cuda_tc_async_smem_bytes<Cfg, ACol, BCol>;
   // Raised once per kernel (as the tensor-core choice, per process rather than per device).
-  static const bool allowed = [&] {
-    const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         bytes) == cudaSuccess;
-    if (!ok) (void)cudaGetLastError();
-    return ok;
-  }();
+  static const bool allowed = cuda_allow_smem(kernel, bytes);
   if (!allowed) return false;
   cuda_launch_smem("cuda_gemm_tc_async", kernel, grid, dim3(cuda_tc_threads),
                    static_cast<size_t>(bytes), p, batch);
@@ -253,8 +222,9 @@ bool cuda_gemm_tc_async_launch(dim3 grid, const cuda_gemm_args<TA, TB, typename 
   return true;
 }
 
-/// Runs pr on the pipelined kernel when it qualifies (cuda_tc_async_family, cuda_tc_async_fits
-/// for both operands); false when it does not, and nothing was launched.
+/// Runs pr on a pipelined kernel when it qualifies (cuda_tc_async_family, cuda_tc_async_fits
+/// for both operands): the mma.sync one for 16-bit inputs (gemm_mma.cuh, unless
+/// cuda_gemm_mma_enabled() is off), else the WMMA one; false when none runs it.
 template <class Cfg, class TA, class TB, class Acc, class TC>
 bool cuda_gemm_try_async(const gemm_problem<TA, TB, Acc, TC>& pr,
                          const cuda_gemm_args<TA, TB, Acc, TC>& p, dim3 grid) {
@@ -269,6 +239,17 @@ bool cuda_gemm_try_async(const gemm_problem<TA, TB, Acc, TC>& pr,
         !cuda_tc_async_fits(pr.b, pr.b_rs, pr.b_cs, pr.b_offsets, p.b_bs, pr.batch,
                             int64_t{sizeof(TB)}, bcol))
       return false;
+    using In = typename cuda_mma_input<Cfg>::type;
+    if constexpr (!std::is_void_v<In>) {
+      if (cuda_gemm_mma_enabled()) {
+        const bool ran =
+            acol ? (bcol ? cuda_gemm_mma_launch<In, true, true>(grid, p, pr.batch)
+                         : cuda_gemm_mma_launch<In, true, false>(grid, p, pr.batch))
+                 : (bcol ? cuda_gemm_mma_launch<In, false, true>(grid, p, pr.batch)
+                         : cuda_gemm_mma_launch<In, false, false>(grid, p, pr.batch));
+        if (ran) return true;
+      }
+    }
     if (acol)
       return bcol ? cuda_gemm_tc_async_launch<Cfg, TA, TB, true, true, TC>(grid, p, pr.batch)
                   : cuda_gemm_tc_async_launch<Cfg, TA, TB, true, false, TC>(grid, p, pr.batch);

@@ -81,6 +81,17 @@ void cuda_launch_smem(const char* what, void (*kernel)(P...), dim3 grid, dim3 bl
 #endif
 }
 
+/// Whether kernel may run with `bytes` of dynamic shared memory: above 48 KB this raises its
+/// limit (cudaFuncSetAttribute), and answers false when the device refuses (too little shared
+/// memory per block on this GPU). Callers keep the answer (once per kernel and process).
+template <class... P>
+bool cuda_allow_smem(void (*kernel)(P...), int bytes) {
+  const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       bytes) == cudaSuccess;
+  if (!ok) (void)cudaGetLastError();
+  return ok;
+}
+
 /// cuda_launch_smem without dynamic shared memory.
 template <class... P, class... A>
 void cuda_launch(const char* what, void (*kernel)(P...), dim3 grid, dim3 block, A&&... args) {

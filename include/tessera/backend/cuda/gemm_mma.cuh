@@ -1,0 +1,226 @@
+// tessera/backend/cuda/gemm_mma.cuh - the 16-bit tensor-core matrix product on raw mma.sync:
+// half x half and bfloat16 x bfloat16 (float accumulation) when both operands are row- or
+// column-major with 16-byte aligned rows, the same operands the WMMA pipeline
+// (gemm_tc_async.cuh) takes, which still runs tf32.
+//
+// What it changes against the WMMA pipeline, and why:
+//  - Shared tiles are XOR-swizzled instead of padded. A 16-byte chunk c of tile row r is stored
+//    at chunk c ^ f(r), so the 8 rows one ldmatrix phase reads, and the 8 chunks consecutive
+//    threads copy, fall on 8 different groups of 4 banks: no bank conflicts on either side, and
+//    no padding (64 KB for four stages). WMMA reads fragments from pointer + leading dimension
+//    only, which a swizzle breaks; ldmatrix takes one row address per lane.
+//  - Fragments come from ldmatrix (x4: four 8 x 8 matrices per instruction, .trans for the
+//    operands whose contiguous direction is m or n), so both layouts of each operand need no
+//    second copy and no register shuffles.
+//  - 4 warps of 64 x 64 outputs (128 accumulators per thread) instead of 8 of 64 x 32: per k
+//    step of 16 a warp issues 8 ldmatrix.x4 for 32 mma.sync, twice the WMMA kernel's ratio of
+//    tensor-core work to shared-memory reads.
+//  - The epilogue writes straight from the accumulator registers, whose positions mma.sync
+//    specifies (no staging tile in shared memory).
+// The pipeline itself is the WMMA one's: cuda_mma_stages slots, cp.async copies of 16 bytes,
+// one barrier per k step, partial chunks at the edges zeroed by cp.async's source size.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+
+#include "async_copy.cuh"
+#include "gemm_args.cuh"
+#include "gemm_tc.cuh"
+#include "launch.hpp"
+#include "mma_sync.cuh"
+
+TESSERA_BEGIN_NAMESPACE
+namespace detail {
+
+inline constexpr int cuda_mma_threads = 128;  // 4 warps in a 2 x 2 grid, 64 x 64 outputs each
+inline constexpr int cuda_mma_bk = 32;
+inline constexpr int cuda_mma_stages = 4;
+
+/// A stage's tile with k contiguous (A row-major, B column-major): [128][32] 16-bit elements,
+/// 64-byte rows of 4 chunks; chunk c of row o is stored at c ^ (o / 2 % 4). Rows o and o + 1
+/// share 128 bytes of banks, so the 8 rows an ldmatrix phase reads (o0 .. o0 + 7, one chunk)
+/// land on 8 distinct 16-byte bank groups.
+struct cuda_mma_k_major {
+  __host__ __device__ static int at(int o, int k) {
+    return o * cuda_mma_bk + (((k >> 3) ^ ((o >> 1) & 3)) << 3) + (k & 7);
+  }
+};
+
+/// A stage's tile with m or n contiguous (A column-major, B row-major): [32][128] 16-bit
+/// elements, 256-byte rows of 16 chunks; chunk c of row k is stored at c ^ (k % 8).
+struct cuda_mma_mn_major {
+  __host__ __device__ static int at(int k, int o) {
+    return k * cuda_tc_bn + (((o >> 3) ^ (k & 7)) << 3) + (o & 7);
+  }
+};
+
+inline constexpr int cuda_mma_tile_elems = cuda_tc_bm * cuda_mma_bk;  // one operand, one stage
+inline constexpr int cuda_mma_smem_bytes = cuda_mma_stages * 2 * cuda_mma_tile_elems * 2;
+static_assert(cuda_tc_bm == cuda_tc_bn);  // both operands' tiles are [128][32] or [32][128]
+
+/// Where in A's stage tile `lane` points ldmatrix for the A fragment (16 x 16) of rows m .. m +
+/// 15 and k kk .. kk + 15: lanes 0-7, 8-15, 16-23, 24-31 give the rows of matrices (rows 0-7, k
+/// 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15), i.e. a[0..3] of
+/// mma_sync.cuh. Column-major A (ACol) is stored k by m and read transposed.
+template <bool ACol>
+__host__ __device__ __forceinline__ int cuda_mma_a_frag_at(int lane, int m, int kk) {
+  const int lr = lane & 7, l8 = (lane >> 3 & 1) * 8, l16 = (lane >> 4) * 8;
+  return ACol ? cuda_mma_mn_major::at(kk + lr + l16, m + l8)
+              : cuda_mma_k_major::at(m + lr + l8, kk + l16);
+}
+
+/// Where in B's stage tile `lane` points ldmatrix for the B fragments of columns n .. n + 15
+/// (two 16 x 8 tiles) and k kk .. kk + 15: matrices (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n
+/// 8-15), (k 8-15, n 8-15), i.e. b[0], b[1] of the first tile, then of the second. Row-major B
+/// (not BCol) is stored k by n and read transposed.
+template <bool BCol>
+__host__ __device__ __forceinline__ int cuda_mma_b_frag_at(int lane, int n, int kk) {
+  const int lr = lane & 7, l8 = (lane >> 3 & 1) * 8, l16 = (lane >> 4) * 8;
+  return BCol ? cuda_mma_k_major::at(n + lr + l16, kk + l8)
+              : cuda_mma_mn_major::at(kk + lr + l8, n + l16);
+}
+
+/// One 128 x 128 tile of matrix blockIdx.z per block, on mma.sync with In (__half or
+/// __nv_bfloat16) inputs: A row-major (a_cs == 1) or column-major (ACol: a_rs == 1), B likewise,
+/// rows and batch matrices 16-byte aligned (cuda_tc_async_fits). Results as cuda_gemm_tc's up to
+/// the order of float additions inside a k step of 16.
+template <class In, class TA, class TB, bool ACol, bool BCol, class TC>
+__global__ void __launch_bounds__(cuda_mma_threads, 2)
+    cuda_gemm_mma(cuda_gemm_args<TA, TB, float, TC> p, int64_t batch) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  (void)p, (void)batch;  // launched only where cuda_built_for(..., 80) holds
+  __trap();
+#else
+  using E = std::uint16_t;
+  static_assert(sizeof(TA) == 2 && sizeof(TB) == 2);
+  using ATile = std::conditional_t<ACol, cuda_mma_mn_major, cuda_mma_k_major>;
+  using BTile = std::conditional_t<BCol, cuda_mma_k_major, cuda_mma_mn_major>;
+  constexpr int BM = cuda_tc_bm, BN = cuda_tc_bn, BK = cuda_mma_bk, S = cuda_mma_stages;
+  constexpr int T = cuda_mma_threads, tile = cuda_mma_tile_elems;
+  E* const smem = reinterpret_cast<E*>(cuda_dynamic_smem());
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int wm = warp / 2 * 64, wn = warp % 2 * 64;  // the warp's 64 x 64 piece of the tile
+  const int64_t m0 = int64_t{blockIdx.y} * BM, n0 = int64_t{blockIdx.x} * BN;
+  const int64_t lda = ACol ? p.a_cs : p.a_rs, ldb = BCol ? p.b_cs : p.b_rs;  // global
+  const int64_t steps = (p.k + BK - 1) / BK;
+  for (int64_t z = blockIdx.z; z < batch; z += gridDim.z) {
+    const E* a = reinterpret_cast<const E*>(p.a + cuda_batch_offset(p.a_off, p.a_bs, z));
+    const E* b = reinterpret_cast<const E*>(p.b + cuda_batch_offset(p.b_off, p.b_bs, z));
+    TC* c = p.c + cuda_batch_offset(p.c_off, p.c_bs, z);
+    const auto a_at = [](int o, int i) { return ATile::at(o, i); };
+    const auto b_at = [](int o, int i) { return BTile::at(o, i); };
+    const auto request = [&](int64_t kt) {  // k step kt into its slot
+      E* const as = smem + (kt % S) * 2 * tile;
+      E* const bs = as + tile;
+      const int64_t k0 = kt * BK;
+      if constexpr (ACol)
+        cuda_copy_tile<BK, BM, T>(as, a_at, a + k0 * lda + m0, lda, p.k - k0, p.m - m0);
+      else
+        cuda_copy_tile<BM, BK, T>(as, a_at, a + m0 * lda + k0, lda, p.m - m0, p.k - k0);
+      if constexpr (BCol)
+        cuda_copy_tile<BN, BK, T>(bs, b_at, b + n0 * ldb + k0, ldb, p.n - n0, p.k - k0);
+      else
+        cuda_copy_tile<BK, BN, T>(bs, b_at, b + k0 * ldb + n0, ldb, p.k - k0, p.n - n0);
+    };
+    // acc[i][j]: rows wm + 16 i .., columns wn + 8 j .. (mma.sync's D fragment).
+    float acc[4][8][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
+
+    if (p.alpha != 0.0f) {
+#pragma unroll
+      for (int s = 0; s < S - 1; ++s) {
+        if (s < steps) request(s);
+        cuda_cp_async_commit();
+      }
+      for (int64_t kt = 0; kt < steps; ++kt) {
+        cuda_cp_async_wait<S - 2>();  // this thread's copies of step kt have landed
+        __syncthreads();              // everyone's copies are visible; step kt - 1 is done
+        if (kt + S - 1 < steps) request(kt + S - 1);  // into step kt - 1's slot
+        cuda_cp_async_commit();
+        const E* const as = smem + (kt % S) * 2 * tile;
+        const E* const bs = as + tile;
+#pragma unroll
+        for (int kk = 0; kk < BK; kk += 16) {
+          uint32_t fa[4][4], fb[4][4];  // A rows wm + 16 i; B columns wn + 16 j (two n8 tiles)
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            cuda_ldmatrix_x4<ACol>(fa[i], as + cuda_mma_a_frag_at<ACol>(lane, wm + 16 * i, kk));
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            cuda_ldmatrix_x4<!BCol>(fb[j], bs + cuda_mma_b_frag_at<BCol>(lane, wn + 16 * j, kk));
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+              const uint32_t fbj[2] = {fb[j / 2][j % 2 * 2], fb[j / 2][j % 2 * 2 + 1]};
+              cuda_mma_16816<In>(acc[i][j], fa[i], fbj);
+            }
+        }
+      }
+      cuda_cp_async_wait<0>();  // only empty groups are left; none may outlive the loop
+    }
+    // Epilogue from the registers: lane (g, t) = (lane / 4, lane % 4) holds rows g and g + 8,
+    // columns 2t and 2t + 1 of each 16 x 8 tile.
+    const int64_t r0 = m0 + wm + lane / 4, c0 = n0 + wn + lane % 4 * 2;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int64_t gi = r0 + 16 * i + (r >> 1) * 8, gj = c0 + 8 * j + (r & 1);
+          if (gi < p.m && gj < p.n) cuda_gemm_store(p, c, gi, gj, acc[i][j][r]);
+        }
+    __syncthreads();  // every warp is done with the stages before the next matrix's requests
+  }
+#endif
+}
+
+/// The mma.sync input type for a 16-bit family (cuda_tc_16bit<In>).
+template <class Cfg>
+struct cuda_mma_input {
+  using type = void;
+};
+template <class In>
+struct cuda_mma_input<cuda_tc_16bit<In>> {
+  using type = In;
+};
+
+/// Whether the mma.sync kernel takes the 16-bit products it qualifies for (default true).
+/// Tests and benchmarks set it to false to run the WMMA pipeline on the same inputs.
+inline bool& cuda_gemm_mma_enabled() {
+  static bool enabled = true;
+  return enabled;
+}
+
+/// How many products this process has run on the mma.sync kernel.
+inline std::atomic<int64_t>& cuda_gemm_mma_launches() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+
+/// Launches cuda_gemm_mma for one layout pair; false when the device refuses its shared memory.
+template <class In, bool ACol, bool BCol, class TA, class TB, class TC>
+bool cuda_gemm_mma_launch(dim3 grid, const cuda_gemm_args<TA, TB, float, TC>& p, int64_t batch) {
+  const auto kernel = cuda_gemm_mma<In, TA, TB, ACol, BCol, TC>;
+  static const bool allowed = cuda_allow_smem(kernel, cuda_mma_smem_bytes);
+  if (!allowed) return false;
+  cuda_launch_smem("cuda_gemm_mma", kernel, grid, dim3(cuda_mma_threads),
+                   static_cast<size_t>(cuda_mma_smem_bytes), p, batch);
+  cuda_gemm_mma_launches().fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+}  // namespace detail
+TESSERA_END_NAMESPACE
