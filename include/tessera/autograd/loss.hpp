@@ -54,18 +54,21 @@ template <element_type T, class B>
 Variable<T, B> cross_entropy(const Variable<T, B>& logits, const Tensor<int64_t, B>& labels,
                              const CrossEntropyOptions& opts = {}) {
   const Tensor<T, B>& x = logits.value();
-  tessera::detail::check_class_problem("cross_entropy", x, labels, opts.ignore_index);
+  const int64_t counted =
+      tessera::detail::check_class_problem("cross_entropy", x, labels, opts.ignore_index);
   if (!(opts.label_smoothing >= 0 && opts.label_smoothing <= 1))
     tessera::detail::fail<error>("cross_entropy", "label_smoothing = ", opts.label_smoothing,
                                  " is outside [0, 1]");
   Tensor<T, B> lse;
   const Tensor<T, B> per_sample = tessera::detail::cross_entropy_samples(x, labels, opts, lse);
-  Tensor<T, B> loss = tessera::detail::reduce_loss(
-      per_sample, opts.reduction, tessera::detail::counted_samples(labels, opts.ignore_index));
+  Tensor<T, B> loss = tessera::detail::reduce_loss(per_sample, opts.reduction, counted);
+  // The backward pass reuses the forward pass's check and count: on a device, the labels are
+  // read by the host once per step.
   return autograd::detail::record(
       std::move(loss), {&logits},
-      [x, labels, opts, lse](const autograd::backward_context<T, B>& c) {
-        c.give(0, cross_entropy_backward(c.grad(), x, labels, opts, lse));
+      [x, labels, opts, lse, counted](const autograd::backward_context<T, B>& c) {
+        c.give(0, tessera::detail::cross_entropy_grad_checked(c.grad(), x, labels, opts, lse,
+                                                              counted));
       });
 }
 

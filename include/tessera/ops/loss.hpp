@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
+#include <mutex>
 
 #include "../backend/cpu/memory.hpp"
 #include "../backend/cpu/parallel.hpp"
@@ -44,9 +46,12 @@ Tensor<int64_t, cpu> host_labels(const Tensor<int64_t, B>& labels) {
     return labels.template to<cpu>();
 }
 
+/// Checks scores [N, C] and labels [N] (every label in [0, C) or ignore_index) and returns how
+/// many samples the mean divides by (labels that are not ignore_index): one pass over the labels
+/// on the host serves both, which for a device backend is its one wait of the loss.
 template <class T, class B>
-void check_class_problem(std::string_view op, const Tensor<T, B>& scores,
-                         const Tensor<int64_t, B>& labels, int64_t ignore_index) {
+int64_t check_class_problem(std::string_view op, const Tensor<T, B>& scores,
+                            const Tensor<int64_t, B>& labels, int64_t ignore_index) {
   scores.check_defined(op), labels.check_defined(op);
   if (scores.rank() != 2)
     fail<shape_error>(op, "expects scores of shape [N, C], got ", scores.shape());
@@ -55,11 +60,15 @@ void check_class_problem(std::string_view op, const Tensor<T, B>& scores,
                       scores.shape(), " (expected [", scores.shape()[0], "])");
   const int64_t n = scores.shape()[0], c = scores.shape()[1];
   const Tensor<int64_t, cpu> l = host_labels(labels);
+  int64_t counted = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t v = l.data()[i];
-    if (v != ignore_index && (v < 0 || v >= c))
+    if (v == ignore_index) continue;
+    if (v < 0 || v >= c)
       fail<index_error>(op, "label ", v, " of sample ", i, " is outside [0, ", c, ")");
+    ++counted;
   }
+  return counted;
 }
 
 /// Number of samples the mean divides by (those whose label is not ignored).
@@ -105,15 +114,26 @@ void cross_entropy_rows(const Tensor<T, B>& logits, const Tensor<int64_t, B>& la
 
 // ---- the composed path (backends the host cannot read) -----------------------------------------
 
-/// Column numbers 0 .. c - 1 as a [1, c] tensor of backend B.
+/// Column numbers 0 .. c - 1 as a [1, c] tensor of backend B (read-only: callers share it).
+/// Built once per class count and kept for the process: a copy from the host makes a device
+/// backend wait, which a training step would otherwise do twice (forward and backward). The
+/// cache is never destroyed (device memory must not be freed after the runtime has shut down
+/// at exit) and assumes one device per process, as the CUDA GEMM's kernel choices do.
 template <class B>
 Tensor<int64_t, B> class_columns(int64_t c) {
-  Tensor<int64_t, cpu> j(Shape{1, c});
-  for (int64_t i = 0; i < c; ++i) j.data()[i] = i;
-  if constexpr (std::is_same_v<B, cpu>)
-    return j;
-  else
-    return j.template to<B>();
+  static std::mutex mu;
+  static auto* cache = new std::map<int64_t, Tensor<int64_t, B>>;
+  const std::lock_guard lock(mu);
+  auto it = cache->find(c);
+  if (it == cache->end()) {
+    Tensor<int64_t, cpu> j(Shape{1, c});
+    for (int64_t i = 0; i < c; ++i) j.data()[i] = i;
+    if constexpr (std::is_same_v<B, cpu>)
+      it = cache->emplace(c, j).first;
+    else
+      it = cache->emplace(c, j.template to<B>()).first;
+  }
+  return it->second;
 }
 
 /// x where the column is the row's label, else 0: summed over a row, x[label] (0 when ignored).
@@ -230,32 +250,31 @@ Tensor<T, B> cross_entropy(const Tensor<T, B>& logits, const Tensor<int64_t, B>&
                            const CrossEntropyOptions& opts = {}) {
   static_assert(is_floating_v<T> && !is_low_precision_v<T>,
                 "tessera::cross_entropy: float or double logits");
-  detail::check_class_problem("cross_entropy", logits, labels, opts.ignore_index);
+  const int64_t counted =
+      detail::check_class_problem("cross_entropy", logits, labels, opts.ignore_index);
   if (!(opts.label_smoothing >= 0 && opts.label_smoothing <= 1))
     detail::fail<error>("cross_entropy", "label_smoothing = ", opts.label_smoothing,
                         " is outside [0, 1]");
   Tensor<T, B> lse;
   const Tensor<T, B> loss = detail::cross_entropy_samples(logits, labels, opts, lse);
-  return detail::reduce_loss(loss, opts.reduction,
-                             detail::counted_samples(labels, opts.ignore_index));
+  return detail::reduce_loss(loss, opts.reduction, counted);
 }
 
-/// Gradient of cross_entropy with respect to the logits: (softmax(x) - target) times the
-/// incoming gradient, where grad_loss is 0-d (mean, sum) or [N] (none) and lse holds the rows'
-/// logsumexp from the forward pass (recomputed when undefined).
-template <element_type T, class B>
-Tensor<T, B> cross_entropy_backward(const Tensor<T, B>& grad_loss, const Tensor<T, B>& logits,
-                                    const Tensor<int64_t, B>& labels,
-                                    const CrossEntropyOptions& opts = {}, Tensor<T, B> lse = {}) {
-  detail::check_class_problem("cross_entropy_backward", logits, labels, opts.ignore_index);
+namespace detail {
+/// cross_entropy_backward for labels already checked, `counted` of them not ignored (autograd
+/// passes the forward pass's count: no second look at the labels, no second wait on a device).
+template <class T, class B>
+Tensor<T, B> cross_entropy_grad_checked(const Tensor<T, B>& grad_loss, const Tensor<T, B>& logits,
+                                        const Tensor<int64_t, B>& labels,
+                                        const CrossEntropyOptions& opts, Tensor<T, B> lse,
+                                        int64_t counted) {
   const int64_t n = logits.shape()[0], c = logits.shape()[1];
   const bool per_sample = opts.reduction == Reduction::none;
   if (per_sample ? !(grad_loss.shape() == Shape{n}) : grad_loss.numel() != 1)
     detail::fail<shape_error>("cross_entropy_backward", "grad_loss of shape ", grad_loss.shape(),
                               " for ", n, " samples");
   double scale = 1;
-  if (opts.reduction == Reduction::mean)
-    scale = 1.0 / static_cast<double>(detail::counted_samples(labels, opts.ignore_index));
+  if (opts.reduction == Reduction::mean) scale = 1.0 / static_cast<double>(counted);
   if constexpr (!backend::memory<B>::host_accessible) {
     if (!lse.defined()) lse = logsumexp(logits, {1});
     const detail::cross_entropy_grad<T> f{opts.ignore_index, 1.0 - opts.label_smoothing,
@@ -293,6 +312,20 @@ Tensor<T, B> cross_entropy_backward(const Tensor<T, B>& grad_loss, const Tensor<
     return dx;
   }
 }
+}  // namespace detail
+
+/// Gradient of cross_entropy with respect to the logits: (softmax(x) - target) times the
+/// incoming gradient, where grad_loss is 0-d (mean, sum) or [N] (none) and lse holds the rows'
+/// logsumexp from the forward pass (recomputed when undefined).
+template <element_type T, class B>
+Tensor<T, B> cross_entropy_backward(const Tensor<T, B>& grad_loss, const Tensor<T, B>& logits,
+                                    const Tensor<int64_t, B>& labels,
+                                    const CrossEntropyOptions& opts = {}, Tensor<T, B> lse = {}) {
+  const int64_t counted =
+      detail::check_class_problem("cross_entropy_backward", logits, labels, opts.ignore_index);
+  return detail::cross_entropy_grad_checked(grad_loss, logits, labels, opts, std::move(lse),
+                                            counted);
+}
 
 /// Negative log-likelihood of log-probabilities [N, C] at integer labels [N]: -logp[i, label].
 /// Returns a 0-d tensor (mean, sum) or [N] (none). Throws as cross_entropy.
@@ -300,7 +333,8 @@ template <element_type T, class B>
 Tensor<T, B> nll_loss(const Tensor<T, B>& log_probs, const Tensor<int64_t, B>& labels,
                       const NLLLossOptions& opts = {}) {
   static_assert(is_floating_v<T> && !is_low_precision_v<T>, "tessera::nll_loss: float or double");
-  detail::check_class_problem("nll_loss", log_probs, labels, opts.ignore_index);
+  const int64_t counted =
+      detail::check_class_problem("nll_loss", log_probs, labels, opts.ignore_index);
   const int64_t n = log_probs.shape()[0];
   Tensor<T, B> loss(Shape{n});
   if constexpr (backend::memory<B>::host_accessible) {
@@ -313,8 +347,7 @@ Tensor<T, B> nll_loss(const Tensor<T, B>& log_probs, const Tensor<int64_t, B>& l
     loss = map(detail::nll_sample<T>{opts.ignore_index}, detail::picked_scores(log_probs, labels),
                labels);
   }
-  return detail::reduce_loss(loss, opts.reduction,
-                             detail::counted_samples(labels, opts.ignore_index));
+  return detail::reduce_loss(loss, opts.reduction, counted);
 }
 
 /// Gradient of nll_loss with respect to log_probs: -grad at each sample's label, 0 elsewhere.
