@@ -1,6 +1,6 @@
 // tessera/backend/cuda/async_copy.cuh - asynchronous global-to-shared copies (cp.async, sm_80
-// and newer) and the block's dynamic shared memory: what the multi-stage GEMM pipeline
-// (gemm_tc_async.cuh) is built from.
+// and newer), the block's dynamic shared memory, tile copies and the pipelined k loop: what the
+// multi-stage GEMM pipelines (gemm_tc_async.cuh, gemm_mma.cuh) are built from.
 //
 // Each wrapper has one meaning on a GPU (inline PTX) and in the host emulation of the CUDA
 // runtime (tests/cuda_emu), which queues a copy until its thread waits for it, so a kernel that
@@ -92,6 +92,53 @@ __device__ __forceinline__ void cuda_copy_tile(E* tile, At at, const E* src, int
     // A chunk outside the matrix reads nothing, from an address that is aligned and valid.
     cuda_cp_async16(tile + at(o, i), bytes ? src + o * src_ld + i : src, bytes);
   });
+}
+
+/// Starts this thread's copies (of Threads) of one k step of a tiled product: the [BM x BK]
+/// block of A at (m0, k0) into shared `as` at a_at and the [BK x BN] block of B at (k0, n0) into
+/// `bs` at b_at, each operand read along its contiguous direction (A row-major, or column-major
+/// when ACol; B likewise), zeros beyond the m x n x k product.
+template <int BM, int BN, int BK, int Threads, bool ACol, bool BCol, class E, class AAt, class BAt>
+__device__ __forceinline__ void cuda_copy_gemm_step(E* as, AAt a_at, E* bs, BAt b_at, const E* a,
+                                                    int64_t lda, const E* b, int64_t ldb,
+                                                    int64_t m0, int64_t n0, int64_t k0, int64_t m,
+                                                    int64_t n, int64_t k) {
+  if constexpr (ACol)
+    cuda_copy_tile<BK, BM, Threads>(as, a_at, a + k0 * lda + m0, lda, k - k0, m - m0);
+  else
+    cuda_copy_tile<BM, BK, Threads>(as, a_at, a + m0 * lda + k0, lda, m - m0, k - k0);
+  if constexpr (BCol)
+    cuda_copy_tile<BN, BK, Threads>(bs, b_at, b + n0 * ldb + k0, ldb, n - n0, k - k0);
+  else
+    cuda_copy_tile<BK, BN, Threads>(bs, b_at, b + k0 * ldb + n0, ldb, k - k0, n - n0);
+}
+
+/// The k loop of a pipeline of S shared slots (step kt in slot kt % S), for every thread of the
+/// block: request(kt) starts this thread's copies of step kt; landed(kt) runs once this thread's
+/// copies of step kt have arrived, before the barrier that publishes everyone's (the tf32
+/// rounding); multiply(kt) uses step kt. Steps 0 .. S - 2 are requested first; at step kt each
+/// thread waits for its own copies (all but the newest S - 2 groups), a barrier makes all of them
+/// visible and proves every warp finished step kt - 1, then step kt + S - 1 goes into the slot
+/// step kt - 1 used. Every thread commits one group per step, empty or not, so the group counts
+/// agree; the final wait drains the (empty) groups, so none outlives the loop.
+template <int S, class Request, class Landed, class Multiply>
+__device__ __forceinline__ void cuda_pipelined_k_loop(int64_t steps, Request request,
+                                                      Landed landed, Multiply multiply) {
+  static_assert(S >= 2);
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < steps) request(int64_t{s});
+    cuda_cp_async_commit();
+  }
+  for (int64_t kt = 0; kt < steps; ++kt) {
+    cuda_cp_async_wait<S - 2>();
+    landed(kt);
+    __syncthreads();
+    if (kt + S - 1 < steps) request(kt + S - 1);
+    cuda_cp_async_commit();
+    multiply(kt);
+  }
+  cuda_cp_async_wait<0>();
 }
 
 }  // namespace detail

@@ -115,19 +115,7 @@ __global__ void __launch_bounds__(cuda_mma_threads, 2)
     TC* c = p.c + cuda_batch_offset(p.c_off, p.c_bs, z);
     const auto a_at = [](int o, int i) { return ATile::at(o, i); };
     const auto b_at = [](int o, int i) { return BTile::at(o, i); };
-    const auto request = [&](int64_t kt) {  // k step kt into its slot
-      E* const as = smem + (kt % S) * 2 * tile;
-      E* const bs = as + tile;
-      const int64_t k0 = kt * BK;
-      if constexpr (ACol)
-        cuda_copy_tile<BK, BM, T>(as, a_at, a + k0 * lda + m0, lda, p.k - k0, p.m - m0);
-      else
-        cuda_copy_tile<BM, BK, T>(as, a_at, a + m0 * lda + k0, lda, p.m - m0, p.k - k0);
-      if constexpr (BCol)
-        cuda_copy_tile<BN, BK, T>(bs, b_at, b + n0 * ldb + k0, ldb, p.n - n0, p.k - k0);
-      else
-        cuda_copy_tile<BK, BN, T>(bs, b_at, b + k0 * ldb + n0, ldb, p.k - k0, p.n - n0);
-    };
+    const auto slot = [&](int64_t kt) { return smem + (kt % S) * 2 * tile; };  // A, then B
     // acc[i][j]: rows wm + 16 i .., columns wn + 8 j .. (mma.sync's D fragment).
     float acc[4][8][4];
 #pragma unroll
@@ -137,39 +125,38 @@ __global__ void __launch_bounds__(cuda_mma_threads, 2)
 #pragma unroll
         for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
 
-    if (p.alpha != 0.0f) {
+    if (p.alpha != 0.0f)
+      cuda_pipelined_k_loop<S>(
+          steps,
+          [&](int64_t kt) {
+            cuda_copy_gemm_step<BM, BN, BK, T, ACol, BCol>(slot(kt), a_at, slot(kt) + tile, b_at,
+                                                           a, lda, b, ldb, m0, n0, kt * BK, p.m,
+                                                           p.n, p.k);
+          },
+          [](int64_t) {},
+          [&](int64_t kt) {
+            const E* const as = slot(kt);
+            const E* const bs = as + tile;
 #pragma unroll
-      for (int s = 0; s < S - 1; ++s) {
-        if (s < steps) request(s);
-        cuda_cp_async_commit();
-      }
-      for (int64_t kt = 0; kt < steps; ++kt) {
-        cuda_cp_async_wait<S - 2>();  // this thread's copies of step kt have landed
-        __syncthreads();              // everyone's copies are visible; step kt - 1 is done
-        if (kt + S - 1 < steps) request(kt + S - 1);  // into step kt - 1's slot
-        cuda_cp_async_commit();
-        const E* const as = smem + (kt % S) * 2 * tile;
-        const E* const bs = as + tile;
+            for (int kk = 0; kk < BK; kk += 16) {
+              uint32_t fa[4][4], fb[4][4];  // A rows wm + 16 i; B columns wn + 16 j (2 n8 tiles)
 #pragma unroll
-        for (int kk = 0; kk < BK; kk += 16) {
-          uint32_t fa[4][4], fb[4][4];  // A rows wm + 16 i; B columns wn + 16 j (two n8 tiles)
+              for (int i = 0; i < 4; ++i)
+                cuda_ldmatrix_x4<ACol>(fa[i],
+                                       as + cuda_mma_a_frag_at<ACol>(lane, wm + 16 * i, kk));
 #pragma unroll
-          for (int i = 0; i < 4; ++i)
-            cuda_ldmatrix_x4<ACol>(fa[i], as + cuda_mma_a_frag_at<ACol>(lane, wm + 16 * i, kk));
+              for (int j = 0; j < 4; ++j)
+                cuda_ldmatrix_x4<!BCol>(fb[j],
+                                        bs + cuda_mma_b_frag_at<BCol>(lane, wn + 16 * j, kk));
 #pragma unroll
-          for (int j = 0; j < 4; ++j)
-            cuda_ldmatrix_x4<!BCol>(fb[j], bs + cuda_mma_b_frag_at<BCol>(lane, wn + 16 * j, kk));
+              for (int i = 0; i < 4; ++i)
 #pragma unroll
-          for (int i = 0; i < 4; ++i)
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-              const uint32_t fbj[2] = {fb[j / 2][j % 2 * 2], fb[j / 2][j % 2 * 2 + 1]};
-              cuda_mma_16816<In>(acc[i][j], fa[i], fbj);
+                for (int j = 0; j < 8; ++j) {
+                  const uint32_t fbj[2] = {fb[j / 2][j % 2 * 2], fb[j / 2][j % 2 * 2 + 1]};
+                  cuda_mma_16816<In>(acc[i][j], fa[i], fbj);
+                }
             }
-        }
-      }
-      cuda_cp_async_wait<0>();  // only empty groups are left; none may outlive the loop
-    }
+          });
     // Epilogue from the registers: lane (g, t) = (lane / 4, lane % 4) holds rows g and g + 8,
     // columns 2t and 2t + 1 of each 16 x 8 tile.
     const int64_t r0 = m0 + wm + lane / 4, c0 = n0 + wn + lane % 4 * 2;

@@ -112,51 +112,35 @@ __global__ void __launch_bounds__(cuda_tc_threads, 2)
     const E* a = reinterpret_cast<const E*>(p.a + cuda_batch_offset(p.a_off, p.a_bs, z));
     const E* b = reinterpret_cast<const E*>(p.b + cuda_batch_offset(p.b_off, p.b_bs, z));
     TC* c = p.c + cuda_batch_offset(p.c_off, p.c_bs, z);
-    // Requests k step kt into its slot.
     const auto a_at = [](int o, int i) { return o * Tiles::lda + i; };
     const auto b_at = [](int o, int i) { return o * Tiles::ldb + i; };
-    const auto request = [&](int64_t kt) {
-      E* const as = smem + (kt % S) * Tiles::stage_elems;
-      E* const bs = as + Tiles::a_elems;
-      const int64_t k0 = kt * BK;
-      constexpr int T = cuda_tc_threads;
-      if constexpr (ACol)
-        cuda_copy_tile<BK, BM, T>(as, a_at, a + k0 * lda + m0, lda, p.k - k0, p.m - m0);
-      else
-        cuda_copy_tile<BM, BK, T>(as, a_at, a + m0 * lda + k0, lda, p.m - m0, p.k - k0);
-      if constexpr (BCol)
-        cuda_copy_tile<BN, BK, T>(bs, b_at, b + n0 * ldb + k0, ldb, p.n - n0, p.k - k0);
-      else
-        cuda_copy_tile<BK, BN, T>(bs, b_at, b + k0 * ldb + n0, ldb, p.k - k0, p.n - n0);
-    };
+    const auto slot = [&](int64_t kt) { return smem + (kt % S) * Tiles::stage_elems; };
     wmma::fragment<wmma::accumulator, 16, 16, FK, Acc> acc[4][2];
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], Acc(0));
 
-    if (p.alpha != Acc(0)) {
-#pragma unroll
-      for (int s = 0; s < S - 1; ++s) {
-        if (s < steps) request(s);
-        cuda_cp_async_commit();
-      }
-      for (int64_t kt = 0; kt < steps; ++kt) {
-        cuda_cp_async_wait<S - 2>();  // this thread's copies of step kt have landed
-        E* const as = smem + (kt % S) * Tiles::stage_elems;
-        E* const bs = as + Tiles::a_elems;
-        if constexpr (tf32) {
-          cuda_tc_round_tile<ACol ? BK : BM, ACol ? BM : BK, Cfg>(as, Tiles::lda);
-          cuda_tc_round_tile<BCol ? BN : BK, BCol ? BK : BN, Cfg>(bs, Tiles::ldb);
-        }
-        __syncthreads();  // everyone's copies of step kt are visible; step kt - 1 is done
-        if (kt + S - 1 < steps) request(kt + S - 1);  // into step kt - 1's slot
-        cuda_cp_async_commit();
-        cuda_tc_multiply_step<Cfg, Tiles, ACol, BCol>(acc, reinterpret_cast<const F*>(as),
-                                                      reinterpret_cast<const F*>(bs), wm, wn);
-      }
-      cuda_cp_async_wait<0>();  // only empty groups are left; none may outlive the loop
-    }
+    if (p.alpha != Acc(0))
+      cuda_pipelined_k_loop<S>(
+          steps,
+          [&](int64_t kt) {
+            cuda_copy_gemm_step<BM, BN, BK, cuda_tc_threads, ACol, BCol>(
+                slot(kt), a_at, slot(kt) + Tiles::a_elems, b_at, a, lda, b, ldb, m0, n0, kt * BK,
+                p.m, p.n, p.k);
+          },
+          [&](int64_t kt) {
+            if constexpr (tf32) {  // each thread rounds what it copied, before the barrier
+              cuda_tc_round_tile<ACol ? BK : BM, ACol ? BM : BK, Cfg>(slot(kt), Tiles::lda);
+              cuda_tc_round_tile<BCol ? BN : BK, BCol ? BK : BN, Cfg>(slot(kt) + Tiles::a_elems,
+                                                                      Tiles::ldb);
+            }
+          },
+          [&](int64_t kt) {
+            cuda_tc_multiply_step<Cfg, Tiles, ACol, BCol>(
+                acc, reinterpret_cast<const F*>(slot(kt)),
+                reinterpret_cast<const F*>(slot(kt) + Tiles::a_elems), wm, wn);
+          });
     __syncthreads();  // every warp is done with the stages: the staging tiles overlay them
     cuda_tc_epilogue(p, c, acc, Cs, m0 + wm * 64, n0 + wn * 32, lane);
     __syncthreads();  // the next batch matrix reuses the stages
