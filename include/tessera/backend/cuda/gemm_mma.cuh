@@ -13,8 +13,8 @@
 //    operands whose contiguous direction is m or n), so both layouts of each operand need no
 //    second copy and no register shuffles.
 //  - 4 warps of 64 x 64 outputs (128 accumulators per thread) instead of 8 of 64 x 32: per k
-//    step of 16 a warp issues 8 ldmatrix.x4 for 32 mma.sync, twice the WMMA kernel's ratio of
-//    tensor-core work to shared-memory reads.
+//    step of 16 a warp issues 8 ldmatrix.x4 (4 KB) for 32 mma.sync, 32 FLOP per shared byte
+//    against the WMMA kernel's 21 (docs/perf/cuda_gemm.md).
 //  - The epilogue writes straight from the accumulator registers, whose positions mma.sync
 //    specifies (no staging tile in shared memory).
 // The pipeline itself is the WMMA one's: cuda_mma_stages slots, cp.async copies of 16 bytes,
