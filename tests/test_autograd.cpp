@@ -807,6 +807,13 @@ TYPED_TEST(Autograd, LossErrorsNameTheOp) {
   expect_error<ts::shape_error>(
       [&] { ts::nll_loss_backward(ts::ones<T>(ts::Shape{3}), x.shape(), labels); },
       "nll_loss_backward");
+  // nll_loss_backward checks its labels too (a -1 would otherwise index the last column).
+  expect_error<ts::index_error>(
+      [&] { ts::nll_loss_backward(ts::ones<T>(ts::Shape{}), x.shape(), negative); },
+      "nll_loss_backward", "label -1 of sample 2");
+  expect_error<ts::shape_error>(
+      [&] { ts::nll_loss_backward(ts::ones<T>(ts::Shape{}), x.shape(), short_labels); },
+      "nll_loss_backward", "labels of shape");
 
   // The Variable overloads.
   const Var<T> v = ts::param(x);

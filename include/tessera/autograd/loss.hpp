@@ -94,10 +94,14 @@ Variable<T, B> cross_entropy(const Variable<T, B>& logits, const Variable<T, B>&
 template <element_type T, class B>
 Variable<T, B> nll_loss(const Variable<T, B>& log_probs, const Tensor<int64_t, B>& labels,
                         const NLLLossOptions& opts = {}) {
+  static_assert(is_floating_v<T> && !is_low_precision_v<T>, "tessera::nll_loss: float or double");
+  const int64_t counted = tessera::detail::check_class_problem("nll_loss", log_probs.value(),
+                                                               labels, opts.ignore_index);
+  // As cross_entropy: the backward pass reuses the forward pass's check and count.
   return autograd::detail::record(
-      nll_loss(log_probs.value(), labels, opts), {&log_probs},
-      [s = log_probs.shape(), labels, opts](const autograd::backward_context<T, B>& c) {
-        c.give(0, nll_loss_backward(c.grad(), s, labels, opts));
+      tessera::detail::nll_loss_checked(log_probs.value(), labels, opts, counted), {&log_probs},
+      [s = log_probs.shape(), labels, opts, counted](const autograd::backward_context<T, B>& c) {
+        c.give(0, tessera::detail::nll_loss_grad_checked(c.grad(), s, labels, opts, counted));
       });
 }
 

@@ -46,19 +46,19 @@ Tensor<int64_t, cpu> host_labels(const Tensor<int64_t, B>& labels) {
     return labels.template to<cpu>();
 }
 
-/// Checks scores [N, C] and labels [N] (every label in [0, C) or ignore_index) and returns how
-/// many samples the mean divides by (labels that are not ignore_index): one pass over the labels
-/// on the host serves both, which for a device backend is its one wait of the loss.
-template <class T, class B>
-int64_t check_class_problem(std::string_view op, const Tensor<T, B>& scores,
-                            const Tensor<int64_t, B>& labels, int64_t ignore_index) {
-  scores.check_defined(op), labels.check_defined(op);
-  if (scores.rank() != 2)
-    fail<shape_error>(op, "expects scores of shape [N, C], got ", scores.shape());
-  if (labels.rank() != 1 || labels.shape()[0] != scores.shape()[0])
-    fail<shape_error>(op, "labels of shape ", labels.shape(), " for scores of shape ",
-                      scores.shape(), " (expected [", scores.shape()[0], "])");
-  const int64_t n = scores.shape()[0], c = scores.shape()[1];
+/// Checks labels [N] for scores of shape [N, C] (every label in [0, C) or ignore_index) and
+/// returns how many samples the mean divides by (labels that are not ignore_index): one pass
+/// over the labels on the host serves both, which for a device backend is its one wait of the
+/// loss.
+template <class B>
+int64_t check_labels(std::string_view op, const Shape& scores, const Tensor<int64_t, B>& labels,
+                     int64_t ignore_index) {
+  labels.check_defined(op);
+  if (scores.rank() != 2) fail<shape_error>(op, "expects scores of shape [N, C], got ", scores);
+  if (labels.rank() != 1 || labels.shape()[0] != scores[0])
+    fail<shape_error>(op, "labels of shape ", labels.shape(), " for scores of shape ", scores,
+                      " (expected [", scores[0], "])");
+  const int64_t n = scores[0], c = scores[1];
   const Tensor<int64_t, cpu> l = host_labels(labels);
   int64_t counted = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -69,6 +69,14 @@ int64_t check_class_problem(std::string_view op, const Tensor<T, B>& scores,
     ++counted;
   }
   return counted;
+}
+
+/// check_labels for a scores tensor (which must be defined).
+template <class T, class B>
+int64_t check_class_problem(std::string_view op, const Tensor<T, B>& scores,
+                            const Tensor<int64_t, B>& labels, int64_t ignore_index) {
+  scores.check_defined(op);
+  return check_labels(op, scores.shape(), labels, ignore_index);
 }
 
 /// Number of samples the mean divides by (those whose label is not ignored).
@@ -327,14 +335,11 @@ Tensor<T, B> cross_entropy_backward(const Tensor<T, B>& grad_loss, const Tensor<
                                             counted);
 }
 
-/// Negative log-likelihood of log-probabilities [N, C] at integer labels [N]: -logp[i, label].
-/// Returns a 0-d tensor (mean, sum) or [N] (none). Throws as cross_entropy.
-template <element_type T, class B>
-Tensor<T, B> nll_loss(const Tensor<T, B>& log_probs, const Tensor<int64_t, B>& labels,
-                      const NLLLossOptions& opts = {}) {
-  static_assert(is_floating_v<T> && !is_low_precision_v<T>, "tessera::nll_loss: float or double");
-  const int64_t counted =
-      detail::check_class_problem("nll_loss", log_probs, labels, opts.ignore_index);
+namespace detail {
+/// nll_loss for labels already checked, `counted` of them not ignored.
+template <class T, class B>
+Tensor<T, B> nll_loss_checked(const Tensor<T, B>& log_probs, const Tensor<int64_t, B>& labels,
+                              const NLLLossOptions& opts, int64_t counted) {
   const int64_t n = log_probs.shape()[0];
   Tensor<T, B> loss(Shape{n});
   if constexpr (backend::memory<B>::host_accessible) {
@@ -344,28 +349,28 @@ Tensor<T, B> nll_loss(const Tensor<T, B>& log_probs, const Tensor<int64_t, B>& l
       loss.data()[i] = v == opts.ignore_index ? T(0) : static_cast<T>(-log_probs(i, v));
     }
   } else {
-    loss = map(detail::nll_sample<T>{opts.ignore_index}, detail::picked_scores(log_probs, labels),
-               labels);
+    loss = map(nll_sample<T>{opts.ignore_index}, picked_scores(log_probs, labels), labels);
   }
-  return detail::reduce_loss(loss, opts.reduction, counted);
+  return reduce_loss(loss, opts.reduction, counted);
 }
 
-/// Gradient of nll_loss with respect to log_probs: -grad at each sample's label, 0 elsewhere.
-template <element_type T, class B>
-Tensor<T, B> nll_loss_backward(const Tensor<T, B>& grad_loss, const Shape& log_probs_shape,
-                               const Tensor<int64_t, B>& labels, const NLLLossOptions& opts = {}) {
+/// nll_loss_backward for labels already checked, `counted` of them not ignored (autograd passes
+/// the forward pass's count).
+template <class T, class B>
+Tensor<T, B> nll_loss_grad_checked(const Tensor<T, B>& grad_loss, const Shape& log_probs_shape,
+                                   const Tensor<int64_t, B>& labels, const NLLLossOptions& opts,
+                                   int64_t counted) {
   const int64_t n = log_probs_shape[0];
   const bool per_sample = opts.reduction == Reduction::none;
   if (per_sample ? !(grad_loss.shape() == Shape{n}) : grad_loss.numel() != 1)
-    detail::fail<shape_error>("nll_loss_backward", "grad_loss of shape ", grad_loss.shape(),
-                              " for ", n, " samples");
+    fail<shape_error>("nll_loss_backward", "grad_loss of shape ", grad_loss.shape(), " for ", n,
+                      " samples");
   double scale = 1;
-  if (opts.reduction == Reduction::mean)
-    scale = 1.0 / static_cast<double>(detail::counted_samples(labels, opts.ignore_index));
+  if (opts.reduction == Reduction::mean) scale = 1.0 / static_cast<double>(counted);
   if constexpr (!backend::memory<B>::host_accessible) {
-    return map(detail::nll_grad<T>{opts.ignore_index}, labels.reshape({n, 1}),
-               detail::class_columns<B>(log_probs_shape[1]),
-               detail::loss_grad_column(grad_loss, per_sample, scale));
+    return map(nll_grad<T>{opts.ignore_index}, labels.reshape({n, 1}),
+               class_columns<B>(log_probs_shape[1]),
+               loss_grad_column(grad_loss, per_sample, scale));
   } else {
     Tensor<T, B> d = zeros<T, B>(log_probs_shape);
     const Tensor<T, B> g = grad_loss.contiguous();
@@ -377,6 +382,28 @@ Tensor<T, B> nll_loss_backward(const Tensor<T, B>& grad_loss, const Shape& log_p
     }
     return d;
   }
+}
+}  // namespace detail
+
+/// Negative log-likelihood of log-probabilities [N, C] at integer labels [N]: -logp[i, label].
+/// Returns a 0-d tensor (mean, sum) or [N] (none). Throws as cross_entropy.
+template <element_type T, class B>
+Tensor<T, B> nll_loss(const Tensor<T, B>& log_probs, const Tensor<int64_t, B>& labels,
+                      const NLLLossOptions& opts = {}) {
+  static_assert(is_floating_v<T> && !is_low_precision_v<T>, "tessera::nll_loss: float or double");
+  const int64_t counted =
+      detail::check_class_problem("nll_loss", log_probs, labels, opts.ignore_index);
+  return detail::nll_loss_checked(log_probs, labels, opts, counted);
+}
+
+/// Gradient of nll_loss with respect to log_probs of shape log_probs_shape: -grad at each
+/// sample's label, 0 elsewhere. Checks the labels as nll_loss does.
+template <element_type T, class B>
+Tensor<T, B> nll_loss_backward(const Tensor<T, B>& grad_loss, const Shape& log_probs_shape,
+                               const Tensor<int64_t, B>& labels, const NLLLossOptions& opts = {}) {
+  const int64_t counted =
+      detail::check_labels("nll_loss_backward", log_probs_shape, labels, opts.ignore_index);
+  return detail::nll_loss_grad_checked(grad_loss, log_probs_shape, labels, opts, counted);
 }
 
 TESSERA_END_NAMESPACE
