@@ -54,14 +54,9 @@ template <element_type T, class B>
 Variable<T, B> cross_entropy(const Variable<T, B>& logits, const Tensor<int64_t, B>& labels,
                              const CrossEntropyOptions& opts = {}) {
   const Tensor<T, B>& x = logits.value();
-  const int64_t counted =
-      tessera::detail::check_class_problem("cross_entropy", x, labels, opts.ignore_index);
-  if (!(opts.label_smoothing >= 0 && opts.label_smoothing <= 1))
-    tessera::detail::fail<error>("cross_entropy", "label_smoothing = ", opts.label_smoothing,
-                                 " is outside [0, 1]");
   Tensor<T, B> lse;
-  const Tensor<T, B> per_sample = tessera::detail::cross_entropy_samples(x, labels, opts, lse);
-  Tensor<T, B> loss = tessera::detail::reduce_loss(per_sample, opts.reduction, counted);
+  int64_t counted = 0;
+  Tensor<T, B> loss = tessera::detail::cross_entropy_forward(x, labels, opts, lse, counted);
   // The backward pass reuses the forward pass's check and count: on a device, the labels are
   // read by the host once per step.
   return autograd::detail::record(

@@ -79,15 +79,6 @@ int64_t check_class_problem(std::string_view op, const Tensor<T, B>& scores,
   return check_labels(op, scores.shape(), labels, ignore_index);
 }
 
-/// Number of samples the mean divides by (those whose label is not ignored).
-template <class B>
-int64_t counted_samples(const Tensor<int64_t, B>& labels, int64_t ignore_index) {
-  const Tensor<int64_t, cpu> l = host_labels(labels);
-  int64_t k = 0;
-  for (int64_t i = 0; i < l.numel(); ++i) k += l.data()[i] != ignore_index;
-  return k;
-}
-
 /// Per-sample losses [N] in `loss` and row log-sum-exps [N] in `lse`.
 template <class T, class B>
 void cross_entropy_rows(const Tensor<T, B>& logits, const Tensor<int64_t, B>& labels,
@@ -136,10 +127,7 @@ Tensor<int64_t, B> class_columns(int64_t c) {
   if (it == cache->end()) {
     Tensor<int64_t, cpu> j(Shape{1, c});
     for (int64_t i = 0; i < c; ++i) j.data()[i] = i;
-    if constexpr (std::is_same_v<B, cpu>)
-      it = cache->emplace(c, j).first;
-    else
-      it = cache->emplace(c, j.template to<B>()).first;
+    it = cache->emplace(c, j.template to<B>()).first;
   }
   return it->second;
 }
@@ -247,6 +235,18 @@ Tensor<T, B> reduce_loss(const Tensor<T, B>& per_sample, Reduction r, int64_t co
   return total * static_cast<T>(1.0 / static_cast<double>(count));
 }
 
+/// cross_entropy's forward pass, checks included: the reduced loss, with what its backward pass
+/// needs left in lse (the rows' logsumexp) and counted (the samples the mean divided by).
+template <class T, class B>
+Tensor<T, B> cross_entropy_forward(const Tensor<T, B>& logits, const Tensor<int64_t, B>& labels,
+                                   const CrossEntropyOptions& opts, Tensor<T, B>& lse,
+                                   int64_t& counted) {
+  counted = check_class_problem("cross_entropy", logits, labels, opts.ignore_index);
+  if (!(opts.label_smoothing >= 0 && opts.label_smoothing <= 1))
+    fail<error>("cross_entropy", "label_smoothing = ", opts.label_smoothing, " is outside [0, 1]");
+  return reduce_loss(cross_entropy_samples(logits, labels, opts, lse), opts.reduction, counted);
+}
+
 }  // namespace detail
 
 /// Cross-entropy of logits [N, C] against integer labels [N] (values in [0, C), or
@@ -258,14 +258,9 @@ Tensor<T, B> cross_entropy(const Tensor<T, B>& logits, const Tensor<int64_t, B>&
                            const CrossEntropyOptions& opts = {}) {
   static_assert(is_floating_v<T> && !is_low_precision_v<T>,
                 "tessera::cross_entropy: float or double logits");
-  const int64_t counted =
-      detail::check_class_problem("cross_entropy", logits, labels, opts.ignore_index);
-  if (!(opts.label_smoothing >= 0 && opts.label_smoothing <= 1))
-    detail::fail<error>("cross_entropy", "label_smoothing = ", opts.label_smoothing,
-                        " is outside [0, 1]");
   Tensor<T, B> lse;
-  const Tensor<T, B> loss = detail::cross_entropy_samples(logits, labels, opts, lse);
-  return detail::reduce_loss(loss, opts.reduction, counted);
+  int64_t counted = 0;
+  return detail::cross_entropy_forward(logits, labels, opts, lse, counted);
 }
 
 namespace detail {
