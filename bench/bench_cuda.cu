@@ -9,7 +9,9 @@
 //                                     row-major because cublasLt's fp8 wants the TN layout);
 //                                     for tf32, fp16 and bf16 squares also tessera_staged: the
 //                                     register-staged tensor-core kernel, with the cp.async
-//                                     pipeline (which tessera rows use) switched off
+//                                     pipelines (which tessera rows use) switched off; for fp16
+//                                     and bf16 squares also tessera_wmma: the WMMA pipeline where
+//                                     tessera rows run mma.sync
 //
 // Types: fp32 (SIMT), tf32 (float in and out; tessera under set_float32_matmul_precision(high),
 // cuBLAS with CUBLAS_COMPUTE_32F_FAST_TF32), fp16 and bf16 (fp16/bf16 out, float accumulation),
@@ -241,9 +243,9 @@ void cublas_gemm(const gemm_inputs<K>& in, const DevT<typename gemm_types<K>::ou
   }
 }
 
-/// Which implementation a GEMM row times.
-/// tessera: the default kernel choice; tessera_wmma: the WMMA pipeline where the mma.sync
-/// kernel would run (fp16, bf16); tessera_staged: the register-staged kernel (pipelines off).
+/// Which implementation a GEMM row times. tessera: the default kernel choice; tessera_wmma: the
+/// WMMA pipeline where the mma.sync kernel would run (fp16, bf16); tessera_staged: the
+/// register-staged kernel (pipelines off).
 enum class impl { tessera, tessera_wmma, tessera_staged, cublas };
 
 template <kind K>

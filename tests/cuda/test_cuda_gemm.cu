@@ -343,8 +343,10 @@ void expect_swizzle_ok(const char* name, int outer, int inner) {
       const int at = Tile::at(o, i);
       ASSERT_TRUE(at >= 0 && at < outer * inner) << name << " (" << o << ", " << i << ")";
       ++seen[static_cast<size_t>(at)];
-      if (i % 8 == 0) EXPECT_EQ(at % 8, 0) << name << ": chunk start (" << o << ", " << i << ")";
-      else EXPECT_EQ(at, Tile::at(o, i - 1) + 1) << name << ": chunk (" << o << ", " << i << ")";
+      if (i % 8 == 0)
+        EXPECT_EQ(at % 8, 0) << name << ": chunk start (" << o << ", " << i << ")";
+      else
+        EXPECT_EQ(at, Tile::at(o, i - 1) + 1) << name << ": chunk (" << o << ", " << i << ")";
     }
   for (int n : seen) ASSERT_EQ(n, 1) << name << ": not a permutation";
   // cp.async: chunk c goes to thread c % 128; threads 8w .. 8w + 7 form one wavefront.

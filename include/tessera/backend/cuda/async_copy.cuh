@@ -122,8 +122,8 @@ __device__ __forceinline__ void cuda_copy_gemm_step(E* as, AAt a_at, E* bs, BAt 
 /// step kt - 1 used. Every thread commits one group per step, empty or not, so the group counts
 /// agree; the final wait drains the (empty) groups, so none outlives the loop.
 template <int S, class Request, class Landed, class Multiply>
-__device__ __forceinline__ void cuda_pipelined_k_loop(int64_t steps, Request request,
-                                                      Landed landed, Multiply multiply) {
+__device__ __forceinline__ void cuda_pipelined_k_loop(int64_t steps, Request request, Landed landed,
+                                                      Multiply multiply) {
   static_assert(S >= 2);
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {

@@ -129,9 +129,9 @@ __global__ void __launch_bounds__(cuda_mma_threads, 2)
       cuda_pipelined_k_loop<S>(
           steps,
           [&](int64_t kt) {
-            cuda_copy_gemm_step<BM, BN, BK, T, ACol, BCol>(slot(kt), a_at, slot(kt) + tile, b_at,
-                                                           a, lda, b, ldb, m0, n0, kt * BK, p.m,
-                                                           p.n, p.k);
+            cuda_copy_gemm_step<BM, BN, BK, T, ACol, BCol>(slot(kt), a_at, slot(kt) + tile, b_at, a,
+                                                           lda, b, ldb, m0, n0, kt * BK, p.m, p.n,
+                                                           p.k);
           },
           [](int64_t) {},
           [&](int64_t kt) {
@@ -142,8 +142,7 @@ __global__ void __launch_bounds__(cuda_mma_threads, 2)
               uint32_t fa[4][4], fb[4][4];  // A rows wm + 16 i; B columns wn + 16 j (2 n8 tiles)
 #pragma unroll
               for (int i = 0; i < 4; ++i)
-                cuda_ldmatrix_x4<ACol>(fa[i],
-                                       as + cuda_mma_a_frag_at<ACol>(lane, wm + 16 * i, kk));
+                cuda_ldmatrix_x4<ACol>(fa[i], as + cuda_mma_a_frag_at<ACol>(lane, wm + 16 * i, kk));
 #pragma unroll
               for (int j = 0; j < 4; ++j)
                 cuda_ldmatrix_x4<!BCol>(fb[j],
@@ -173,16 +172,6 @@ __global__ void __launch_bounds__(cuda_mma_threads, 2)
   }
 #endif
 }
-
-/// The mma.sync input type for a 16-bit family (cuda_tc_16bit<In>).
-template <class Cfg>
-struct cuda_mma_input {
-  using type = void;
-};
-template <class In>
-struct cuda_mma_input<cuda_tc_16bit<In>> {
-  using type = In;
-};
 
 /// Whether the mma.sync kernel takes the 16-bit products it qualifies for (default true).
 /// Tests and benchmarks set it to false to run the WMMA pipeline on the same inputs.

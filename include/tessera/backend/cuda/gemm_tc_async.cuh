@@ -223,22 +223,25 @@ bool cuda_gemm_try_async(const gemm_problem<TA, TB, Acc, TC>& pr,
         !cuda_tc_async_fits(pr.b, pr.b_rs, pr.b_cs, pr.b_offsets, p.b_bs, pr.batch,
                             int64_t{sizeof(TB)}, bcol))
       return false;
-    using In = typename cuda_mma_input<Cfg>::type;
-    if constexpr (!std::is_void_v<In>) {
-      if (cuda_gemm_mma_enabled()) {
-        const bool ran =
-            acol ? (bcol ? cuda_gemm_mma_launch<In, true, true>(grid, p, pr.batch)
-                         : cuda_gemm_mma_launch<In, true, false>(grid, p, pr.batch))
-                 : (bcol ? cuda_gemm_mma_launch<In, false, true>(grid, p, pr.batch)
-                         : cuda_gemm_mma_launch<In, false, false>(grid, p, pr.batch));
-        if (ran) return true;
-      }
+    // Calls launch(std::bool_constant<ACol>{}, std::bool_constant<BCol>{}) for the layouts found.
+    const auto by_layout = [&](auto launch) {
+      if (acol)
+        return bcol ? launch(std::true_type{}, std::true_type{})
+                    : launch(std::true_type{}, std::false_type{});
+      return bcol ? launch(std::false_type{}, std::true_type{})
+                  : launch(std::false_type{}, std::false_type{});
+    };
+    if constexpr (!std::is_same_v<typename Cfg::frag, cuda_tf32_tag>) {  // half or bfloat16
+      if (cuda_gemm_mma_enabled() && by_layout([&](auto ac, auto bc) {
+            return cuda_gemm_mma_launch<typename Cfg::frag, decltype(ac)::value,
+                                        decltype(bc)::value>(grid, p, pr.batch);
+          }))
+        return true;
     }
-    if (acol)
-      return bcol ? cuda_gemm_tc_async_launch<Cfg, TA, TB, true, true, TC>(grid, p, pr.batch)
-                  : cuda_gemm_tc_async_launch<Cfg, TA, TB, true, false, TC>(grid, p, pr.batch);
-    return bcol ? cuda_gemm_tc_async_launch<Cfg, TA, TB, false, true, TC>(grid, p, pr.batch)
-                : cuda_gemm_tc_async_launch<Cfg, TA, TB, false, false, TC>(grid, p, pr.batch);
+    return by_layout([&](auto ac, auto bc) {
+      return cuda_gemm_tc_async_launch<Cfg, TA, TB, decltype(ac)::value, decltype(bc)::value, TC>(
+          grid, p, pr.batch);
+    });
   }
 }
 
