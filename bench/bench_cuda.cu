@@ -11,7 +11,11 @@
 //                                     register-staged tensor-core kernel, with the cp.async
 //                                     pipelines (which tessera rows use) switched off; for fp16
 //                                     and bf16 squares also tessera_wmma: the WMMA pipeline where
-//                                     tessera rows run mma.sync
+//                                     tessera rows run mma.sync; for int8 squares also
+//                                     tessera_staged (the register-staged WMMA kernel) and
+//                                     tessera_tn: B handed over k-contiguous (the transposed view
+//                                     of a copy of Bᵀ, the same values), which the mma.sync kernel
+//                                     reads in place where tessera rows first pack B
 //
 // Types: fp32 (SIMT), tf32 (float in and out; tessera under set_float32_matmul_precision(high),
 // cuBLAS with CUBLAS_COMPUTE_32F_FAST_TF32), fp16 and bf16 (fp16/bf16 out, float accumulation),
@@ -245,8 +249,9 @@ void cublas_gemm(const gemm_inputs<K>& in, const DevT<typename gemm_types<K>::ou
 
 /// Which implementation a GEMM row times. tessera: the default kernel choice; tessera_wmma: the
 /// WMMA pipeline where the mma.sync kernel would run (fp16, bf16); tessera_staged: the
-/// register-staged kernel (pipelines off).
-enum class impl { tessera, tessera_wmma, tessera_staged, cublas };
+/// register-staged kernel (pipelines off); tessera_tn: the default choice with B given
+/// k-contiguous (int8: no pack before the mma.sync kernel).
+enum class impl { tessera, tessera_wmma, tessera_staged, tessera_tn, cublas };
 
 template <kind K>
 void bm_gemm(benchmark::State& st, impl who, int64_t m, int64_t k, int64_t n, double tol) {
@@ -259,7 +264,7 @@ void bm_gemm(benchmark::State& st, impl who, int64_t m, int64_t k, int64_t n, do
       bool async = ts::detail::cuda_gemm_async_copies(), mma = ts::detail::cuda_gemm_mma_enabled();
       explicit kernel_scope(impl who) {
         ts::detail::cuda_gemm_async_copies() = who != impl::tessera_staged;
-        ts::detail::cuda_gemm_mma_enabled() = who == impl::tessera;
+        ts::detail::cuda_gemm_mma_enabled() = who == impl::tessera || who == impl::tessera_tn;
       }
       ~kernel_scope() {
         ts::detail::cuda_gemm_async_copies() = async;
@@ -269,12 +274,14 @@ void bm_gemm(benchmark::State& st, impl who, int64_t m, int64_t k, int64_t n, do
     // tf32 is tessera's float product under matmul_precision::high (restored on the way out).
     const precision_scope scope(K == kind::tf32 ? ts::matmul_precision::high
                                                 : ts::get_float32_matmul_precision());
+    const auto b =
+        who == impl::tessera_tn ? in.b.transpose(0, 1).contiguous().transpose(0, 1) : in.b;
     // Checked first, against cuBLAS on the same inputs.
     auto ref = poisoned<out>({m, n});
     cublas_gemm(in, ref);
-    ts::matmul(in.a, in.b, c);
+    ts::matmul(in.a, b, c);
     if (!within(st, rel_err(c, ref), tol, "cuBLAS")) return;
-    time_calls(st, [&] { ts::matmul(in.a, in.b, c); });
+    time_calls(st, [&] { ts::matmul(in.a, b, c); });
   } else {
     time_calls(st, [&] { cublas_gemm(in, c); });
   }
@@ -282,19 +289,23 @@ void bm_gemm(benchmark::State& st, impl who, int64_t m, int64_t k, int64_t n, do
 }
 
 /// Rows for tessera and cuBLAS; with variants, also tessera's other kernels for K (the WMMA
-/// pipeline for fp16 / bf16, the register-staged kernel for the pipelined kinds).
+/// pipeline for fp16 / bf16, the register-staged kernel for the pipelined kinds and int8) and,
+/// for int8, B read in place.
 template <kind K>
 void add_gemm(const char* type, int64_t m, int64_t k, int64_t n, double tol, int iterations,
               bool variants = false) {
   const std::string shape = std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
   constexpr bool has_mma = K == kind::fp16 || K == kind::bf16;
-  for (impl who : {impl::tessera, impl::tessera_wmma, impl::tessera_staged, impl::cublas}) {
+  for (impl who :
+       {impl::tessera, impl::tessera_wmma, impl::tessera_staged, impl::tessera_tn, impl::cublas}) {
     if ((who == impl::tessera_staged && !variants) ||
-        (who == impl::tessera_wmma && !(variants && has_mma)))
+        (who == impl::tessera_wmma && !(variants && has_mma)) ||
+        (who == impl::tessera_tn && !(variants && K == kind::int8)))
       continue;
     const char* name = who == impl::tessera          ? "/tessera/"
                        : who == impl::tessera_wmma   ? "/tessera_wmma/"
                        : who == impl::tessera_staged ? "/tessera_staged/"
+                       : who == impl::tessera_tn     ? "/tessera_tn/"
                                                      : "/cublas/";
     add_timed(std::string("gemm_") + type + name + shape, iterations,
               [=](benchmark::State& st) { bm_gemm<K>(st, who, m, k, n, tol); });
@@ -303,7 +314,8 @@ void add_gemm(const char* type, int64_t m, int64_t k, int64_t n, double tol, int
 
 template <kind K>
 void add_gemm_squares(const char* type, double tol) {
-  constexpr bool pipelined = K == kind::tf32 || K == kind::fp16 || K == kind::bf16;
+  constexpr bool pipelined =
+      K == kind::tf32 || K == kind::fp16 || K == kind::bf16 || K == kind::int8;
   for (int64_t s : {1024, 4096, 8192})
     add_gemm<K>(type, s, s, s, tol, s >= 8192 ? 10 : 50, pipelined);
 }

@@ -47,14 +47,15 @@ def fmt(x, spec=".1f"):
 def gemm_table(rows, out, verdicts):
     pairs = defaultdict(dict)  # (type, shape) -> impl -> row
     for name, r in rows.items():
-        m = re.match(r"gemm_(\w+)/(tessera_staged|tessera_wmma|tessera|cublas)/(\S+)$", name)
+        m = re.match(r"gemm_(\w+)/(tessera_staged|tessera_wmma|tessera_tn|tessera|cublas)/(\S+)$", name)
         if m:
             pairs[(m.group(1), m.group(3))][m.group(2)] = r
     # tessera_wmma: the WMMA pipeline where mma.sync runs by default (fp16, bf16); tessera_staged:
-    # the register-staged tensor-core kernel (pipelines off); each when run.
+    # the register-staged tensor-core kernel (pipelines off); tessera_tn: int8 with B given
+    # k-contiguous (no pack before the mma.sync kernel); each when run.
     out.append("| GEMM | m x k x n | tessera TFLOP/s | cuBLAS TFLOP/s | tessera / cuBLAS | rel_err "
-               "| WMMA pipeline TFLOP/s | register-staged TFLOP/s |")
-    out.append("|---|---|---:|---:|---:|---:|---:|---:|")
+               "| WMMA pipeline TFLOP/s | register-staged TFLOP/s | B k-contiguous TFLOP/s |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for (typ, shape), impl in sorted(pairs.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         t, c = impl.get("tessera"), impl.get("cublas")
         tm, cm = median(t), median(c)
@@ -64,7 +65,8 @@ def gemm_table(rows, out, verdicts):
         out.append(f"| {typ} | {shape} | {fmt(t and t.get('TFLOP/s'))}{note} | "
                    f"{fmt(c and c.get('TFLOP/s'))} | {fmt(ratio, '.2f')} | {fmt(err, '.1e')} | "
                    f"{fmt(impl.get('tessera_wmma') and impl['tessera_wmma'].get('TFLOP/s'))} | "
-                   f"{fmt(impl.get('tessera_staged') and impl['tessera_staged'].get('TFLOP/s'))} |")
+                   f"{fmt(impl.get('tessera_staged') and impl['tessera_staged'].get('TFLOP/s'))} | "
+                   f"{fmt(impl.get('tessera_tn') and impl['tessera_tn'].get('TFLOP/s'))} |")
         dims = [int(d) for d in shape.split("x")]
         if typ in GEMM_TARGETS and min(dims) >= 4096:
             verdicts.append((f"GEMM {typ} {shape} >= {GEMM_TARGETS[typ]}x cuBLAS", ratio,

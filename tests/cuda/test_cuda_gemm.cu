@@ -329,13 +329,117 @@ TYPED_TEST(CudaGemmPipeline, LinearWithBiasAndReluEpilogue) {
       [](const auto& a, const auto& b, const auto& c) { return ts::linear(a, b, c); }, x, w, bias);
 }
 
+// 8-bit integers on the mma.sync kernel (m16n8k32, int32 sums): an operand whose k is
+// contiguous with 16-byte aligned rows (A row-major, B column-major) is read in place, any other
+// from a k-contiguous copy (gemm_pack.cuh). Values over the type's whole range; the sums are
+// exact, so every result must equal the CPU's bit for bit, on the mma.sync kernel and on the
+// register-staged WMMA kernel (mma.sync switched off). Each case also checks which kernel ran
+// and how many operands were packed.
+template <class T>
+class CudaGemmMma8 : public CudaFixture {
+ protected:
+  void TearDown() override { ts::detail::cuda_gemm_mma_enabled() = true; }
+  static bool tensor_cores() {
+    namespace d = ts::detail;
+    using Cfg = typename d::cuda_tc_select<T, T, int32_t>::type;
+    return d::cuda_built_for(d::cuda_gemm_tc<Cfg, T, T>, 80);
+  }
+  static HostT<T> ints(const ts::Shape& s, uint64_t seed) {
+    return small_ints<T>(s, seed, std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
+  }
+  /// op on both kernels against the CPU; `packed`: how many operands the mma.sync kernel
+  /// should find in need of a k-contiguous copy.
+  template <class Op, class... X>
+  void expect_both_kernels(const std::string& what, int packed, Op op, const X&... xs) {
+    namespace d = ts::detail;
+    for (const bool mma : {true, false}) {
+      d::cuda_gemm_mma_enabled() = mma;
+      const int64_t launches = d::cuda_gemm_mma_launches().load();
+      const int64_t packs = d::cuda_gemm_packed_operands().load();
+      const std::string name = what + (mma ? " (mma.sync)" : " (register-staged)");
+      expect_same(name, 0, 0, op, xs...);
+      const bool on = mma && tensor_cores();
+      EXPECT_EQ(d::cuda_gemm_mma_launches().load() > launches, on) << name << ": which kernel ran";
+      EXPECT_EQ(d::cuda_gemm_packed_operands().load() - packs, on ? packed : 0)
+          << name << ": operands packed";
+    }
+  }
+};
+using Mma8Dtypes = ::testing::Types<int8_t, uint8_t>;
+TYPED_TEST_SUITE(CudaGemmMma8, Mma8Dtypes);
+
+TYPED_TEST(CudaGemmMma8, EveryLayoutWithTailsMatchesCpu) {
+  // k a multiple of 16 (rows of whole chunks: A row-major and B column-major read in place) or
+  // not (every operand packed); tails of a tile on every side; a k shorter than a step of 64, one
+  // that fills the four stages and goes on (336 = 5 steps and a part), a single row and a single
+  // column of tiles.
+  const mnk cases[] = {{16, 16, 16}, {136, 264, 80}, {256, 128, 336}, {8, 520, 16},
+                       {264, 8, 48}, {40, 72, 100},  {1, 1, 1},       {7, 5, 3}};
+  uint64_t seed = 500;
+  const auto mm = [](const auto& x, const auto& y) { return ts::matmul(x, y); };
+  const auto t = [](const auto& x) { return x.transpose(0, 1); };
+  for (const auto& s : cases) {
+    const std::string what =
+        "matmul " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+    const auto a = this->ints({s.m, s.k}, seed++), b = this->ints({s.k, s.n}, seed++);
+    const auto at = this->ints({s.k, s.m}, seed++), bt = this->ints({s.n, s.k}, seed++);
+    const int aligned = s.k % 16 == 0 ? 0 : 1;  // k-contiguous rows packed only when misaligned
+    this->expect_both_kernels(what, aligned + 1, mm, a, b);
+    this->expect_both_kernels(
+        what + " a^T", 2, [&](const auto& x, const auto& y) { return mm(t(x), y); }, at, b);
+    this->expect_both_kernels(
+        what + " b^T", 2 * aligned, [&](const auto& x, const auto& y) { return mm(x, t(y)); }, a,
+        bt);
+    this->expect_both_kernels(
+        what + " a^T b^T", 1 + aligned,
+        [&](const auto& x, const auto& y) { return mm(t(x), t(y)); }, at, bt);
+  }
+}
+
+TYPED_TEST(CudaGemmMma8, PartialChunksStridesAndBatchesMatchCpu) {
+  using T = TypeParam;
+  const auto mm = [](const auto& x, const auto& y) { return ts::matmul(x, y); };
+  const auto t = [](const auto& x) { return x.transpose(0, 1); };
+  // Rows of 48 bytes holding k = 37 (in place, the last chunk partly inside the view), the bytes
+  // beyond the view at the extremes: read, they would change the sums.
+  const auto wa = this->ints({130, 48}, 501), wbt = this->ints({70, 48}, 502);
+  wa.slice(1, 37, 48).fill_(std::numeric_limits<T>::max());
+  wbt.slice(1, 37, 48).fill_(std::numeric_limits<T>::max());
+  this->expect_both_kernels(
+      "partial chunks along k, in place", 0,
+      [&](const auto& x, const auto& y) { return mm(x.slice(1, 0, 37), t(y.slice(1, 0, 37))); }, wa,
+      wbt);
+  // No unit stride: every other column of A, every other row and column of B (packed from any
+  // strides).
+  const auto every_other = [](const auto& y) { return y.slice(0, 0, 80, 2).slice(1, 0, 80, 2); };
+  this->expect_both_kernels(
+      "operands without a unit stride", 2,
+      [&](const auto& x, const auto& y) { return mm(x.slice(1, 0, 80, 2), every_other(y)); },
+      this->ints({24, 80}, 503), this->ints({80, 80}, 504));
+  // Batches: B broadcast in place (batch stride 0), B broadcast and packed once, offset arrays
+  // on both sides (a broadcast that is not a multiple of the batch index) with B packed per
+  // batch matrix.
+  const auto a3 = this->ints({3, 72, 64}, 505), b2 = this->ints({64, 40}, 506);
+  const auto b2t = this->ints({40, 64}, 507);
+  this->expect_both_kernels(
+      "batched, b^T broadcast", 0, [&](const auto& x, const auto& y) { return mm(x, t(y)); }, a3,
+      b2t);
+  this->expect_both_kernels("batched, b broadcast", 1, mm, a3, b2);
+  const auto a4 = this->ints({2, 1, 72, 64}, 508), b4 = this->ints({3, 64, 40}, 509);
+  this->expect_both_kernels("batched broadcast on both sides", 1, mm, a4, b4);
+  this->expect_both_kernels(
+      "batched a^T", 1, [&](const auto& x, const auto& y) { return mm(x.transpose(1, 2), t(y)); },
+      this->ints({3, 64, 72}, 510), b2t);
+}
+
 // The mma.sync kernel's swizzled stage tiles (gemm_mma.cuh), checked on the host (no GPU
 // needed): every element has its own place, each 16-byte chunk stays contiguous and aligned
 // (cp.async and ldmatrix move whole chunks), and neither the copies in nor the ldmatrix reads
 // out meet a bank conflict: the 8 chunks of one 128-byte wavefront (8 consecutive threads'
 // copies, or one 8 x 8 matrix's rows) fall on 8 different 16-byte groups of banks. The emulation
 // cannot see bank conflicts, so this is where a swizzle that costs speed would show.
-template <class Tile>
+// V is the number of elements in a chunk (8 for 16-bit elements, 16 for bytes).
+template <class Tile, int V = 8>
 void expect_swizzle_ok(const char* name, int outer, int inner) {
   std::vector<int> seen(static_cast<size_t>(outer * inner), 0);
   for (int o = 0; o < outer; ++o)
@@ -343,29 +447,30 @@ void expect_swizzle_ok(const char* name, int outer, int inner) {
       const int at = Tile::at(o, i);
       ASSERT_TRUE(at >= 0 && at < outer * inner) << name << " (" << o << ", " << i << ")";
       ++seen[static_cast<size_t>(at)];
-      if (i % 8 == 0)
-        EXPECT_EQ(at % 8, 0) << name << ": chunk start (" << o << ", " << i << ")";
+      if (i % V == 0)
+        EXPECT_EQ(at % V, 0) << name << ": chunk start (" << o << ", " << i << ")";
       else
         EXPECT_EQ(at, Tile::at(o, i - 1) + 1) << name << ": chunk (" << o << ", " << i << ")";
     }
   for (int n : seen) ASSERT_EQ(n, 1) << name << ": not a permutation";
   // cp.async: chunk c goes to thread c % 128; threads 8w .. 8w + 7 form one wavefront.
-  const int per_row = inner / 8;
+  const int per_row = inner / V;
   for (int c0 = 0; c0 < outer * per_row; c0 += 8) {
     std::set<int> groups;
-    for (int c = c0; c < c0 + 8; ++c) groups.insert(Tile::at(c / per_row, c % per_row * 8) / 8 % 8);
+    for (int c = c0; c < c0 + 8; ++c) groups.insert(Tile::at(c / per_row, c % per_row * V) / V % 8);
     EXPECT_EQ(groups.size(), 8u) << name << ": copies of chunks " << c0 << " .. " << c0 + 7;
   }
 }
 
-/// The 16-byte bank groups of the rows that lanes 8q .. 8q + 7 give one ldmatrix.
-template <class At>
+/// The 16-byte bank groups of the rows that lanes 8q .. 8q + 7 give one ldmatrix (V elements
+/// per 16 bytes).
+template <int V = 8, class At>
 void expect_ldmatrix_conflict_free(const char* name, At at) {
   for (int q = 0; q < 4; ++q) {
     std::set<int> groups;
     for (int lane = 8 * q; lane < 8 * q + 8; ++lane) {
-      EXPECT_EQ(at(lane) % 8, 0) << name << ": lane " << lane << " row not 16-byte aligned";
-      groups.insert(at(lane) / 8 % 8);
+      EXPECT_EQ(at(lane) % V, 0) << name << ": lane " << lane << " row not 16-byte aligned";
+      groups.insert(at(lane) / V % 8);
     }
     EXPECT_EQ(groups.size(), 8u) << name << ": matrix " << q;
   }
@@ -373,8 +478,19 @@ void expect_ldmatrix_conflict_free(const char* name, At at) {
 
 TEST(CudaMmaTiles, SwizzlesArePermutationsOfChunksWithoutBankConflicts) {
   namespace d = ts::detail;
-  expect_swizzle_ok<d::cuda_mma_k_major>("k-major [128][32]", 128, 32);
+  expect_swizzle_ok<d::cuda_mma_k_major<8>>("k-major [128][32]", 128, 32);
   expect_swizzle_ok<d::cuda_mma_mn_major>("mn-major [32][128]", 32, 128);
+  expect_swizzle_ok<d::cuda_mma_k_major<16>, 16>("8-bit k-major [128][64]", 128, 64);
+  for (int m = 0; m < 128; m += 16)
+    for (int kk = 0; kk < 64; kk += 32) {
+      const std::string at = " at " + std::to_string(m) + ", " + std::to_string(kk);
+      expect_ldmatrix_conflict_free<16>(("8-bit A" + at).c_str(), [&](int lane) {
+        return d::cuda_mma_a_frag_at<false, 16>(lane, m, kk);
+      });
+      expect_ldmatrix_conflict_free<16>(("8-bit B" + at).c_str(), [&](int lane) {
+        return d::cuda_mma_b_frag_at<true, 16>(lane, m, kk);
+      });
+    }
   for (int m = 0; m < 128; m += 16)
     for (int kk = 0; kk < 32; kk += 16) {
       const std::string at = " at " + std::to_string(m) + ", " + std::to_string(kk);

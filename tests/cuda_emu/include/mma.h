@@ -11,8 +11,8 @@
 // tf32 inputs are read as the hardware reads them, from the top 19 bits of each float (a kernel
 // that forgets __float_to_tf32 truncates, as on a GPU); integer products wrap in 32 bits.
 //
-// Below WMMA, the raw mma.sync of tessera's mma_sync.cuh: a warp collective whose fragment
-// layouts are modelled lane by lane (tessera_cuda_emulation::mma_m16n8k16).
+// Below WMMA, the raw mma.sync of tessera's mma_sync.cuh: warp collectives whose fragment
+// layouts are modelled lane by lane (tessera_cuda_emulation::mma_m16n8k16, mma_m16n8k32).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -154,6 +154,27 @@ void mma_sync(fragment<accumulator, M, N, K, Acc>& d, const fragment<matrix_a, M
 
 namespace tessera_cuda_emulation {
 
+/// One lane's registers of an mma.sync: A's four, B's two.
+struct mma_operands {
+  uint32_t a[4], b[2];
+};
+
+/// The mma.sync operands of the 32 lanes of the calling thread's warp (lane_ops(L): lane L's).
+struct mma_lanes {
+  const unsigned char* lanes;
+  mma_operands operator()(int lane) const {
+    mma_operands o;
+    std::memcpy(&o, lanes + lane * warp_slot_bytes, sizeof o);
+    return o;
+  }
+};
+
+/// Publishes this lane's operands and returns every lane's (a warp collective, see warp_share).
+inline mma_lanes share_mma_operands(const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  const mma_operands mine{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}};
+  return {warp_share(&mine, sizeof mine, "mma.sync")};
+}
+
 /// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32 with d = c (in place):
 /// d += A (16 x 16) B (16 x 8), from the warp's fragments as the PTX ISA lays them out. Lane L,
 /// with g = L / 4 and t = L % 4, holds A(g, 2t..2t+1) in a[0], A(g + 8, 2t..) in a[1], A(g, 2t +
@@ -162,15 +183,7 @@ namespace tessera_cuda_emulation {
 /// half. The k terms are added to d in order, in float.
 template <class In>
 void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  struct operands {
-    uint32_t a[4], b[2];
-  } mine{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}};
-  const unsigned char* const lanes = warp_share(&mine, sizeof mine, "mma.sync");
-  const auto lane_ops = [&](int lane) {
-    operands o;
-    std::memcpy(&o, lanes + lane * warp_slot_bytes, sizeof o);
-    return o;
-  };
+  const mma_lanes lane_ops = share_mma_operands(a, b);
   const auto half_of = [](uint32_t reg, int k) {
     return static_cast<uint16_t>(k % 2 ? reg >> 16 : reg & 0xffffu);
   };
@@ -185,13 +198,39 @@ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])
     const int row = g + (r >= 2 ? 8 : 0), col = 2 * t + r % 2;
     float s = d[r];
     for (int k = 0; k < 16; ++k) {
-      const operands ao = lane_ops(row % 8 * 4 + k % 8 / 2);
-      const operands bo = lane_ops(col * 4 + k % 8 / 2);
+      const mma_operands ao = lane_ops(row % 8 * 4 + k % 8 / 2);
+      const mma_operands bo = lane_ops(col * 4 + k % 8 / 2);
       const float av = decode(half_of(ao.a[(row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)], k));
       const float bv = decode(half_of(bo.b[k >= 8 ? 1 : 0], k));
       s += av * bv;
     }
     d[r] = s;
+  }
+}
+
+/// mma.sync.aligned.m16n8k32.row.col.s32.{s8,u8}.{s8,u8}.s32 with d = c (in place): d += A (16
+/// x 32) B (32 x 8) in int32, wrapping. Lane L, with g = L / 4 and t = L % 4, holds A(g, 4t..4t+3)
+/// in a[0], A(g + 8, 4t..) in a[1], A(g, 4t + 16..) in a[2], A(g + 8, 4t + 16..) in a[3];
+/// B(4t..4t+3, g) in b[0], B(4t + 16.., g) in b[1], the lower k in the lower byte; D as for
+/// mma_m16n8k16.
+template <class In>
+void mma_m16n8k32(int32_t (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  const mma_lanes lane_ops = share_mma_operands(a, b);
+  const auto byte_of = [](uint32_t reg, int k) {
+    return static_cast<In>(static_cast<unsigned char>(reg >> (8 * (k % 4))));
+  };
+  const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+  for (int r = 0; r < 4; ++r) {
+    const int row = g + (r >= 2 ? 8 : 0), col = 2 * t + r % 2;
+    uint32_t s = static_cast<uint32_t>(d[r]);  // unsigned: the sum wraps as on a GPU
+    for (int k = 0; k < 32; ++k) {
+      const mma_operands ao = lane_ops(row % 8 * 4 + k % 16 / 4);
+      const mma_operands bo = lane_ops(col * 4 + k % 16 / 4);
+      const int32_t av = byte_of(ao.a[(row >= 8 ? 1 : 0) + (k >= 16 ? 2 : 0)], k);
+      const int32_t bv = byte_of(bo.b[k >= 16 ? 1 : 0], k);
+      s += static_cast<uint32_t>(av * bv);
+    }
+    d[r] = static_cast<int32_t>(s);
   }
 }
 

@@ -1,7 +1,10 @@
-// tessera/backend/cuda/gemm_mma.cuh - the 16-bit tensor-core matrix product on raw mma.sync:
-// half x half and bfloat16 x bfloat16 (float accumulation) when both operands are row- or
-// column-major with 16-byte aligned rows, the same operands the WMMA pipeline
-// (gemm_tc_async.cuh) takes, which still runs tf32.
+// tessera/backend/cuda/gemm_mma.cuh - the tensor-core matrix product on raw mma.sync:
+//  - half x half and bfloat16 x bfloat16 (float accumulation) when both operands are row- or
+//    column-major with 16-byte aligned rows, the same operands the WMMA pipeline
+//    (gemm_tc_async.cuh) takes, which still runs tf32;
+//  - int8 x int8 and uint8 x uint8 (int32 accumulation, m16n8k32) with A row-major and B
+//    column-major, i.e. k contiguous in both: ldmatrix's .trans moves 16-bit elements, so it
+//    cannot transpose bytes. Other 8-bit operands are first packed k-contiguous (gemm_pack.cuh).
 //
 // What it changes against the WMMA pipeline, and why:
 //  - Shared tiles are XOR-swizzled instead of padded. A 16-byte chunk c of tile row r is stored
@@ -39,70 +42,97 @@ TESSERA_BEGIN_NAMESPACE
 namespace detail {
 
 inline constexpr int cuda_mma_threads = 128;  // 4 warps in a 2 x 2 grid, 64 x 64 outputs each
-inline constexpr int cuda_mma_bk = 32;
 inline constexpr int cuda_mma_stages = 4;
+inline constexpr int cuda_mma_row_bytes = 64;  // of k per operand row and stage, any element size
 
-/// A stage's tile with k contiguous (A row-major, B column-major): [128][32] 16-bit elements,
-/// 64-byte rows of 4 chunks; chunk c of row o is stored at c ^ (o / 2 % 4). Rows o and o + 1
-/// share 128 bytes of banks, so the 8 rows an ldmatrix phase reads (o0 .. o0 + 7, one chunk)
-/// land on 8 distinct 16-byte bank groups.
-struct cuda_mma_k_major {
-  __host__ __device__ static int at(int o, int k) {
-    return o * cuda_mma_bk + (((k >> 3) ^ ((o >> 1) & 3)) << 3) + (k & 7);
+/// What the kernel multiplies for inputs In (__half, __nv_bfloat16: m16n8k16, float sums;
+/// signed / unsigned char: m16n8k32, int32 sums). Counted in bytes the two are one geometry: a
+/// 16-byte chunk holds v elements, a stage 4 chunks of k per row (bk = 4v), one instruction
+/// 2v of k, and the fragments' bytes sit in the same lanes (mma_sync.cuh).
+template <class In>
+struct cuda_mma_op {
+  static constexpr bool bytes8 = sizeof(In) == 1;
+  using elem = std::conditional_t<bytes8, std::uint8_t, std::uint16_t>;  // what the tiles hold
+  using acc = std::conditional_t<bytes8, int32_t, float>;
+  static constexpr int v = 16 / static_cast<int>(sizeof(In));
+  static constexpr int bk = cuda_mma_row_bytes / static_cast<int>(sizeof(In));
+  static constexpr int ik = 2 * v;
+  __device__ static void mma(acc (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    if constexpr (bytes8)
+      cuda_mma_16832<In>(d, a, b);
+    else
+      cuda_mma_16816<In>(d, a, b);
   }
 };
 
-/// A stage's tile with m or n contiguous (A column-major, B row-major): [32][128] 16-bit
-/// elements, 256-byte rows of 16 chunks; chunk c of row k is stored at c ^ (k % 8).
+/// A stage's tile with k contiguous (A row-major, B column-major): [128][4 V] elements of V per
+/// 16-byte chunk, 64-byte rows of 4 chunks; chunk c of row o is stored at c ^ (o / 2 % 4). Rows
+/// o and o + 1 share 128 bytes of banks, so the 8 rows an ldmatrix phase reads (o0 .. o0 + 7,
+/// one chunk) land on 8 distinct 16-byte bank groups.
+template <int V = 8>
+struct cuda_mma_k_major {
+  __host__ __device__ static int at(int o, int k) {
+    return o * 4 * V + ((k / V) ^ ((o >> 1) & 3)) * V + k % V;
+  }
+};
+
+/// A stage's tile with m or n contiguous (A column-major, B row-major; 16-bit elements only):
+/// [32][128], 256-byte rows of 16 chunks; chunk c of row k is stored at c ^ (k % 8).
 struct cuda_mma_mn_major {
   __host__ __device__ static int at(int k, int o) {
     return k * cuda_tc_bn + (((o >> 3) ^ (k & 7)) << 3) + (o & 7);
   }
 };
 
-inline constexpr int cuda_mma_tile_elems = cuda_tc_bm * cuda_mma_bk;  // one operand, one stage
-inline constexpr int cuda_mma_smem_bytes = cuda_mma_stages * 2 * cuda_mma_tile_elems * 2;
-static_assert(cuda_tc_bm == cuda_tc_bn);  // both operands' tiles are [128][32] or [32][128]
+inline constexpr int cuda_mma_tile_bytes = cuda_tc_bm * cuda_mma_row_bytes;  // operand, stage
+inline constexpr int cuda_mma_smem_bytes = cuda_mma_stages * 2 * cuda_mma_tile_bytes;
+static_assert(cuda_tc_bm == cuda_tc_bn);  // both operands' tiles are [128][bk] or [bk][128]
 
-/// Where in A's stage tile `lane` points ldmatrix for the A fragment (16 x 16) of rows m .. m +
-/// 15 and k kk .. kk + 15: lanes 0-7, 8-15, 16-23, 24-31 give the rows of matrices (rows 0-7, k
-/// 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15), i.e. a[0..3] of
-/// mma_sync.cuh. Column-major A (ACol) is stored k by m and read transposed.
-template <bool ACol>
+/// Where in A's stage tile `lane` points ldmatrix for the A fragment (16 x 2V) of rows m .. m +
+/// 15 and k kk .. kk + 2V - 1 (V elements per 16 bytes): lanes 0-7, 8-15, 16-23, 24-31 give the
+/// rows of matrices (rows 0-7, first V of k), (rows 8-15, first V), (rows 0-7, second V), (rows
+/// 8-15, second V), i.e. a[0..3] of mma_sync.cuh. Column-major A (ACol, 16-bit only) is stored k
+/// by m and read transposed.
+template <bool ACol, int V = 8>
 __host__ __device__ __forceinline__ int cuda_mma_a_frag_at(int lane, int m, int kk) {
-  const int lr = lane & 7, l8 = (lane >> 3 & 1) * 8, l16 = (lane >> 4) * 8;
+  const int lr = lane & 7, l8 = (lane >> 3 & 1) * 8, l16 = (lane >> 4) * V;
   return ACol ? cuda_mma_mn_major::at(kk + lr + l16, m + l8)
-              : cuda_mma_k_major::at(m + lr + l8, kk + l16);
+              : cuda_mma_k_major<V>::at(m + lr + l8, kk + l16);
 }
 
 /// Where in B's stage tile `lane` points ldmatrix for the B fragments of columns n .. n + 15
-/// (two 16 x 8 tiles) and k kk .. kk + 15: matrices (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n
-/// 8-15), (k 8-15, n 8-15), i.e. b[0], b[1] of the first tile, then of the second. Row-major B
-/// (not BCol) is stored k by n and read transposed.
-template <bool BCol>
+/// (two 2V x 8 tiles) and k kk .. kk + 2V - 1: matrices (first V of k, n 0-7), (second V, n 0-7),
+/// (first V, n 8-15), (second V, n 8-15), i.e. b[0], b[1] of the first tile, then of the second.
+/// Row-major B (not BCol, 16-bit only) is stored k by n and read transposed.
+template <bool BCol, int V = 8>
 __host__ __device__ __forceinline__ int cuda_mma_b_frag_at(int lane, int n, int kk) {
-  const int lr = lane & 7, l8 = (lane >> 3 & 1) * 8, l16 = (lane >> 4) * 8;
-  return BCol ? cuda_mma_k_major::at(n + lr + l16, kk + l8)
+  const int lr = lane & 7, l8 = (lane >> 3 & 1) * V, l16 = (lane >> 4) * 8;
+  return BCol ? cuda_mma_k_major<V>::at(n + lr + l16, kk + l8)
               : cuda_mma_mn_major::at(kk + lr + l8, n + l16);
 }
 
-/// One 128 x 128 tile of matrix blockIdx.z per block, on mma.sync with In (__half or
-/// __nv_bfloat16) inputs: A row-major (a_cs == 1) or column-major (ACol: a_rs == 1), B likewise,
-/// rows and batch matrices 16-byte aligned (cuda_tc_async_fits). Results as cuda_gemm_tc's up to
-/// the order of float additions inside a k step of 16.
+/// One 128 x 128 tile of matrix blockIdx.z per block, on mma.sync with In inputs (cuda_mma_op):
+/// A row-major (a_cs == 1) or column-major (ACol: a_rs == 1), B likewise (8-bit inputs: A
+/// row-major and B column-major only), rows and batch matrices 16-byte aligned
+/// (cuda_tc_async_fits). Results as cuda_gemm_tc's, up to the order of float additions inside
+/// one instruction's k for 16-bit inputs; exact (wrapping) int32 sums for 8-bit ones.
 template <class In, class TA, class TB, bool ACol, bool BCol, class TC>
 __global__ void __launch_bounds__(cuda_mma_threads, 2)
-    cuda_gemm_mma(cuda_gemm_args<TA, TB, float, TC> p, int64_t batch) {
+    cuda_gemm_mma(cuda_gemm_args<TA, TB, typename cuda_mma_op<In>::acc, TC> p, int64_t batch) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   (void)p, (void)batch;  // launched only where cuda_built_for(..., 80) holds
   __trap();
 #else
-  using E = std::uint16_t;
-  static_assert(sizeof(TA) == 2 && sizeof(TB) == 2);
-  using ATile = std::conditional_t<ACol, cuda_mma_mn_major, cuda_mma_k_major>;
-  using BTile = std::conditional_t<BCol, cuda_mma_k_major, cuda_mma_mn_major>;
-  constexpr int BM = cuda_tc_bm, BN = cuda_tc_bn, BK = cuda_mma_bk, S = cuda_mma_stages;
-  constexpr int T = cuda_mma_threads, tile = cuda_mma_tile_elems;
+  using Op = cuda_mma_op<In>;
+  using E = typename Op::elem;
+  using Acc = typename Op::acc;
+  constexpr int V = Op::v;
+  static_assert(sizeof(TA) == sizeof(E) && sizeof(TB) == sizeof(E));
+  static_assert(!Op::bytes8 || (!ACol && BCol), "8-bit operands must have k contiguous");
+  using ATile = std::conditional_t<ACol, cuda_mma_mn_major, cuda_mma_k_major<V> >;
+  using BTile = std::conditional_t<BCol, cuda_mma_k_major<V>, cuda_mma_mn_major>;
+  constexpr int BM = cuda_tc_bm, BN = cuda_tc_bn, BK = Op::bk, S = cuda_mma_stages;
+  constexpr int T = cuda_mma_threads, tile = cuda_tc_bm * BK;
   E* const smem = reinterpret_cast<E*>(cuda_dynamic_smem());
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int wm = warp / 2 * 64, wn = warp % 2 * 64;  // the warp's 64 x 64 piece of the tile
@@ -117,15 +147,15 @@ __global__ void __launch_bounds__(cuda_mma_threads, 2)
     const auto b_at = [](int o, int i) { return BTile::at(o, i); };
     const auto slot = [&](int64_t kt) { return smem + (kt % S) * 2 * tile; };  // A, then B
     // acc[i][j]: rows wm + 16 i .., columns wn + 8 j .. (mma.sync's D fragment).
-    float acc[4][8][4];
+    Acc acc[4][8][4];
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
+        for (int r = 0; r < 4; ++r) acc[i][j][r] = Acc(0);
 
-    if (p.alpha != 0.0f)
+    if (p.alpha != Acc(0))
       cuda_pipelined_k_loop<S>(
           steps,
           [&](int64_t kt) {
@@ -138,21 +168,22 @@ __global__ void __launch_bounds__(cuda_mma_threads, 2)
             const E* const as = slot(kt);
             const E* const bs = as + tile;
 #pragma unroll
-            for (int kk = 0; kk < BK; kk += 16) {
+            for (int kk = 0; kk < BK; kk += Op::ik) {
               uint32_t fa[4][4], fb[4][4];  // A rows wm + 16 i; B columns wn + 16 j (2 n8 tiles)
 #pragma unroll
               for (int i = 0; i < 4; ++i)
-                cuda_ldmatrix_x4<ACol>(fa[i], as + cuda_mma_a_frag_at<ACol>(lane, wm + 16 * i, kk));
+                cuda_ldmatrix_x4<ACol>(fa[i],
+                                       as + cuda_mma_a_frag_at<ACol, V>(lane, wm + 16 * i, kk));
 #pragma unroll
               for (int j = 0; j < 4; ++j)
                 cuda_ldmatrix_x4<!BCol>(fb[j],
-                                        bs + cuda_mma_b_frag_at<BCol>(lane, wn + 16 * j, kk));
+                                        bs + cuda_mma_b_frag_at<BCol, V>(lane, wn + 16 * j, kk));
 #pragma unroll
               for (int i = 0; i < 4; ++i)
 #pragma unroll
                 for (int j = 0; j < 8; ++j) {
                   const uint32_t fbj[2] = {fb[j / 2][j % 2 * 2], fb[j / 2][j % 2 * 2 + 1]};
-                  cuda_mma_16816<In>(acc[i][j], fa[i], fbj);
+                  Op::mma(acc[i][j], fa[i], fbj);
                 }
             }
           });
@@ -173,8 +204,9 @@ __global__ void __launch_bounds__(cuda_mma_threads, 2)
 #endif
 }
 
-/// Whether the mma.sync kernel takes the 16-bit products it qualifies for (default true).
-/// Tests and benchmarks set it to false to run the WMMA pipeline on the same inputs.
+/// Whether the mma.sync kernel takes the products it qualifies for (default true). Tests and
+/// benchmarks set it to false to run the WMMA kernels on the same inputs (the pipeline for 16-bit
+/// inputs, the register-staged kernel for 8-bit ones).
 inline bool& cuda_gemm_mma_enabled() {
   static bool enabled = true;
   return enabled;
@@ -188,7 +220,9 @@ inline std::atomic<int64_t>& cuda_gemm_mma_launches() {
 
 /// Launches cuda_gemm_mma for one layout pair; false when the device refuses its shared memory.
 template <class In, bool ACol, bool BCol, class TA, class TB, class TC>
-bool cuda_gemm_mma_launch(dim3 grid, const cuda_gemm_args<TA, TB, float, TC>& p, int64_t batch) {
+bool cuda_gemm_mma_launch(dim3 grid,
+                          const cuda_gemm_args<TA, TB, typename cuda_mma_op<In>::acc, TC>& p,
+                          int64_t batch) {
   const auto kernel = cuda_gemm_mma<In, TA, TB, ACol, BCol, TC>;
   static const bool allowed = cuda_allow_smem(kernel, cuda_mma_smem_bytes);
   if (!allowed) return false;

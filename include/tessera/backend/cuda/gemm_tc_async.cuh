@@ -39,6 +39,7 @@
 #include "async_copy.cuh"
 #include "gemm_args.cuh"
 #include "gemm_mma.cuh"
+#include "gemm_pack.cuh"
 #include "gemm_tc.cuh"
 #include "launch.hpp"
 
@@ -206,13 +207,43 @@ bool cuda_gemm_tc_async_launch(dim3 grid, const cuda_gemm_args<TA, TB, typename 
   return true;
 }
 
+/// Runs an 8-bit integer product (In = signed / unsigned char) on the mma.sync kernel, reading
+/// each operand in place when its k is contiguous with 16-byte aligned rows (A row-major, B
+/// column-major), else from a k-contiguous copy (cuda_pack_operand); false when the kernel is
+/// switched off or its shared memory is refused.
+template <class In, class TA, class TB, class TC>
+bool cuda_gemm_try_mma8(const gemm_problem<TA, TB, int32_t, TC>& pr,
+                        cuda_gemm_args<TA, TB, int32_t, TC> p, dim3 grid) {
+  if (!cuda_gemm_mma_enabled()) return false;
+  bool acol = true, bcol = false;
+  std::optional<cuda_scratch> packed_a, packed_b;  // alive until the product is launched
+  if (p.alpha != 0) {                              // else neither operand is read
+    if (!cuda_tc_async_fits(pr.a, pr.a_rs, pr.a_cs, pr.a_offsets, p.a_bs, pr.batch, 1, acol) ||
+        acol) {
+      const auto a = cuda_pack_operand<TA>({p.a, p.a_rs, p.a_cs, p.a_off, p.a_bs}, pr.batch, p.m,
+                                           p.k, packed_a);
+      p.a = a.x, p.a_rs = a.s_outer, p.a_cs = a.s_k, p.a_off = a.off, p.a_bs = a.bs;
+    }
+    if (!cuda_tc_async_fits(pr.b, pr.b_rs, pr.b_cs, pr.b_offsets, p.b_bs, pr.batch, 1, bcol) ||
+        !bcol) {
+      const auto b = cuda_pack_operand<TB>({p.b, p.b_cs, p.b_rs, p.b_off, p.b_bs}, pr.batch, p.n,
+                                           p.k, packed_b);
+      p.b = b.x, p.b_cs = b.s_outer, p.b_rs = b.s_k, p.b_off = b.off, p.b_bs = b.bs;
+    }
+  }
+  return cuda_gemm_mma_launch<In, false, true>(grid, p, pr.batch);
+}
+
 /// Runs pr on a pipelined kernel when it qualifies (cuda_tc_async_family, cuda_tc_async_fits
 /// for both operands): the mma.sync one for 16-bit inputs (gemm_mma.cuh, unless
-/// cuda_gemm_mma_enabled() is off), else the WMMA one; false when none runs it.
+/// cuda_gemm_mma_enabled() is off), else the WMMA one; 8-bit integer products on the mma.sync
+/// kernel whatever their layout (cuda_gemm_try_mma8). False when none runs it.
 template <class Cfg, class TA, class TB, class Acc, class TC>
 bool cuda_gemm_try_async(const gemm_problem<TA, TB, Acc, TC>& pr,
                          const cuda_gemm_args<TA, TB, Acc, TC>& p, dim3 grid) {
-  if constexpr (!cuda_tc_async_family<Cfg, TA, TB>) {
+  if constexpr (std::is_same_v<Cfg, cuda_tc_int8<typename Cfg::frag>>) {
+    return cuda_gemm_async_copies() && cuda_gemm_try_mma8<typename Cfg::frag>(pr, p, grid);
+  } else if constexpr (!cuda_tc_async_family<Cfg, TA, TB>) {
     (void)pr, (void)p, (void)grid;
     return false;
   } else {

@@ -1,6 +1,7 @@
 // tessera/backend/cuda/mma_sync.cuh - the warp-level tensor-core instructions below WMMA:
-// ldmatrix (shared memory to fragments, sm_75+) and mma.sync m16n8k16 with 16-bit inputs and
-// float accumulation (sm_80+), what gemm_mma.cuh is built from.
+// ldmatrix (shared memory to fragments, sm_75+), mma.sync m16n8k16 with 16-bit inputs and float
+// accumulation and mma.sync m16n8k32 with 8-bit integer inputs and int32 accumulation (sm_80+):
+// what gemm_mma.cuh is built from.
 //
 // Why raw instructions beside WMMA: their fragment layouts are specified lane by lane in the PTX
 // ISA, so a kernel can choose its shared-memory layout (an XOR swizzle, conflict-free for both
@@ -71,6 +72,37 @@ __device__ __forceinline__ void cuda_mma_16816(float (&d)[4], const uint32_t (&a
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
         "{%8, %9}, {%0, %1, %2, %3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  (void)d, (void)a, (void)b;
+  __trap();
+#endif
+}
+
+/// d += A B on the integer tensor cores: mma.sync.aligned.m16n8k32.row.col.s32.In.In.s32 (In =
+/// signed char: .s8, unsigned char: .u8), wrapping in 32 bits like the other kernels. The
+/// registers hold the same bytes as cuda_mma_16816's: with g = lane / 4, t = lane % 4, a[0] holds
+/// A(g, 4t .. 4t + 3), a[1] A(g + 8, 4t ..), a[2] A(g, 4t + 16 ..), a[3] A(g + 8, 4t + 16 ..);
+/// b[0] B(4t .. 4t + 3, g), b[1] B(4t + 16 .., g); lower k in the lower byte; d as there. So
+/// ldmatrix (without .trans) of k-contiguous rows feeds it exactly as it feeds the 16-bit one.
+template <class In>
+__device__ __forceinline__ void cuda_mma_16832(int32_t (&d)[4], const uint32_t (&a)[4],
+                                               const uint32_t (&b)[2]) {
+  static_assert(std::is_same_v<In, signed char> || std::is_same_v<In, unsigned char>);
+#if defined(TESSERA_CUDA_HOST_EMULATION)
+  tessera_cuda_emulation::mma_m16n8k32<In>(d, a, b);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (std::is_same_v<In, signed char>)
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  else
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #else
   (void)d, (void)a, (void)b;
