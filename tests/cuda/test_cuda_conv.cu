@@ -31,15 +31,22 @@ struct conv_case {
   const char* name;
 };
 
-// Tails and every path: lowered 3x3, strided / dilated / asymmetric padding, groups, depthwise,
-// pointwise (no lowering) with and without groups, 1x1 stride 2 (lowered), kernel = image, a
-// GEMM with several tiles, and an empty batch.
+// Tails and every path: 3x3, strided / dilated / asymmetric padding, the same at stride 1 (an
+// implicit-GEMM input gradient with uneven transposed padding), a padded 1x1 (negative padding
+// in the input gradient's convolution), groups, depthwise, pointwise (no lowering) with and
+// without groups, 1x1 stride 2 (lowered), kernel = image, a GEMM with several tiles, and an
+// empty batch.
 const conv_case conv_cases[] = {
     {{2, 5, 9, 11}, {7, 5, 3, 3}, {.padding = {1, 1}}, "3x3 pad 1"},
     {{3, 4, 13, 10},
      {6, 4, 3, 2},
      {.stride = {2, 1}, .padding = {1, 0}, .dilation = {2, 1}, .padding_end = {0, 2}},
      "strided dilated asymmetric"},
+    {{2, 3, 9, 10},
+     {4, 3, 3, 2},
+     {.padding = {2, 0}, .dilation = {2, 3}, .padding_end = {1, 3}},
+     "dilated asymmetric stride 1"},
+    {{2, 3, 5, 6}, {4, 3, 1, 1}, {.padding = {1, 1}}, "1x1 padded"},
     {{2, 6, 8, 8}, {4, 3, 3, 3}, {.padding = {1, 1}, .groups = 2}, "groups 2"},
     {{2, 4, 7, 9}, {4, 1, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}, .groups = 4}, "depthwise"},
     {{3, 8, 5, 6}, {5, 8, 1, 1}, {}, "pointwise"},
@@ -93,13 +100,14 @@ TYPED_TEST(CudaConv, ForwardThroughLoweringMatchesCpu) {
   expect_forward_matches_cpu<TypeParam>("conv2d (im2col) ");
 }
 
-TYPED_TEST(CudaConv, InputAndWeightGradientsMatchCpu) {
-  using T = TypeParam;
+// Every case's input and weight gradients on the device against the CPU.
+template <class T>
+void expect_gradients_match_cpu(const std::string& tag) {
   uint64_t seed = 100;
   for (const auto& c : conv_cases) {
     const auto x = ints<T>(c.x, seed++), w = ints<T>(c.w, seed++);
     const auto dy = ints<T>(ts::conv2d(x, w, c.o).shape(), seed++);
-    const std::string what = std::string("conv2d backward ") + c.name;
+    const std::string what = tag + c.name;
     const auto dx = ts::conv2d_backward_input(dy, w, c.x, c.o);
     const auto dw = ts::conv2d_backward_weight(dy, x, c.w, c.o);
     if (c.x[0] > 0) {
@@ -115,6 +123,21 @@ TYPED_TEST(CudaConv, InputAndWeightGradientsMatchCpu) {
         ts::conv2d_backward_weight(dyd, x.template to<ts::cuda>(), c.w, c.o).template to<ts::cpu>(),
         dw, 0, 0, what + " weight");
   }
+}
+
+// Input gradients of stride-1 convolutions as implicit GEMM; the others lowered.
+TYPED_TEST(CudaConv, InputAndWeightGradientsMatchCpu) {
+  expect_gradients_match_cpu<TypeParam>("conv2d backward ");
+}
+
+// Every input gradient through the column matrix and col2im (what strided convolutions and
+// geometries beyond the implicit GEMM's 32-bit positions take).
+TYPED_TEST(CudaConv, GradientsThroughLoweringMatchCpu) {
+  struct lowering_only {  // restored however the test ends
+    lowering_only() { ts::detail::cuda_conv_implicit_gemm() = false; }
+    ~lowering_only() { ts::detail::cuda_conv_implicit_gemm() = true; }
+  } scope;
+  expect_gradients_match_cpu<TypeParam>("conv2d backward (lowered) ");
 }
 
 TEST_F(CudaConvOps, ConvBiasGradientAndReluMask) {

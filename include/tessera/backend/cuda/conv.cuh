@@ -8,13 +8,16 @@
 // gather its tiles from the image while loading them (cuda_conv_gather, through a table of the
 // taps' offsets). 1x1 stride-1 unpadded convolutions need no gather (the images are the
 // matrices); geometries beyond 32-bit positions fall back to im2col into device memory. Input
-// gradient: W^T dy into a column matrix, then col2im gathers each input element's taps (each
+// gradient of a stride-1 convolution: the forward implicit GEMM again, since dx is dy convolved
+// (stride 1, padding (r - 1) * dil - pad) with the weights flipped in both taps and transposed
+// in the channels (cuda_conv_flip_weights, a copy of w's size): no column matrix. Strided input
+// gradients: W^T dy into a column matrix, then col2im gathers each input element's taps (each
 // element written once: no atomics). Weight gradient: the chunk's columns and dy laid side by side
 // along the pixel axis, so one GEMM per chunk and group sums over the chunk's images, chunks
 // accumulating with beta = 1 in order. Every sum has a fixed order, so results are reproducible run
 // to run.
 //
-// The gradients lower through device memory (chunks of at most cuda_conv_chunk_bytes); see
+// The lowerings go through device memory (chunks of at most cuda_conv_chunk_bytes); see
 // docs/cuda.md.
 #pragma once
 
@@ -133,6 +136,35 @@ __global__ void __launch_bounds__(cuda_conv_threads)
   }
 }
 
+/// w'[grp * cg + ci][o][i][j] = w[grp * kg + o][ci][r - 1 - i][s - 1 - j]: the weights of the
+/// forward convolution that computes g's input gradient (cuda_conv_input_grad_geometry), [c][kg]
+/// [r][s] for w [k][cg][r][s].
+template <class T>
+__global__ void __launch_bounds__(cuda_conv_threads)
+    cuda_conv_flip_weights(conv_geometry g, const T* w, T* flipped) {
+  const int64_t cg = g.c / g.groups, kg = g.k / g.groups, rs = g.r * g.s;
+  const int64_t total = g.c * kg * rs, step = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t e = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; e < total; e += step) {
+    const int64_t j = e % g.s, i = e / g.s % g.r, o = e / rs % kg, c = e / (rs * kg);
+    const int64_t grp = c / cg, ci = c % cg;
+    flipped[e] = w[(((grp * kg + o) * cg + ci) * g.r + (g.r - 1 - i)) * g.s + (g.s - 1 - j)];
+  }
+}
+
+/// The input gradient of a stride-1 convolution g as a forward convolution: its input is dy (k
+/// channels of ho x wo), its output dx (c channels of h x w), its weights
+/// cuda_conv_flip_weights', its padding (r - 1) * dil - pad (negative when pad is larger). Output
+/// pixel (y, x), tap (i', j') = (r - 1 - i, s - 1 - j) then reads dy at (y + pad_top - i * dil_h,
+/// x + pad_left - j * dil_w), which is what the gradient sums.
+inline conv_geometry cuda_conv_input_grad_geometry(const conv_geometry& g) {
+  conv_geometry t = g;
+  t.c = g.k, t.h = g.ho, t.w = g.wo;
+  t.k = g.c, t.ho = g.h, t.wo = g.w;
+  t.pad_top = (g.r - 1) * g.dil_h - g.pad_top;
+  t.pad_left = (g.s - 1) * g.dil_w - g.pad_left;
+  return t;
+}
+
 /// The implicit-GEMM table of g's taps (one per row kk of the lowered matrix). A template only
 /// so that the header may define it in every translation unit.
 template <class Tap>
@@ -160,8 +192,8 @@ inline bool cuda_conv_implicit_fits(const conv_geometry& g) {
          (g.cg() * g.h + g.r * g.dil_h) * g.w + g.s * g.dil_w < lim;
 }
 
-/// Whether the forward pass may use implicit GEMM (default true). Tests set it to false to run
-/// the im2col lowering that geometries beyond cuda_conv_implicit_fits take.
+/// Whether the forward pass and stride-1 input gradients may use implicit GEMM (default true).
+/// Tests set it to false to run the lowerings that geometries beyond cuda_conv_implicit_fits take.
 inline bool& cuda_conv_implicit_gemm() {
   static bool enabled = true;
   return enabled;
@@ -277,6 +309,16 @@ struct conv_kernel<cuda> {
     const int64_t cg = g.c / g.groups, kg = g.k / g.groups, K = cg * g.r * g.s, P = g.ho * g.wo;
     if (g.n == 0 || g.c == 0 || g.h * g.w == 0) return;
     const bool direct = g.is_pointwise();  // W^T dy is dx itself
+    if (!direct && g.stride_h == 1 && g.stride_w == 1 && detail::cuda_conv_implicit_gemm()) {
+      const detail::conv_geometry t = detail::cuda_conv_input_grad_geometry(g);
+      if (detail::cuda_conv_implicit_fits(t)) {
+        detail::cuda_scratch flipped(static_cast<size_t>(g.c * kg * g.r * g.s) * sizeof(TW));
+        auto* wf = static_cast<TW*>(flipped.get());
+        detail::cuda_conv_launch("cuda_conv_flip_weights", detail::cuda_conv_flip_weights<TW>,
+                                 g.c * kg * g.r * g.s, g, p.w, wf);
+        return run_implicit(detail::conv_forward_problem<TG, TW, Acc>{t, p.dy, wf, p.dx});
+      }
+    }
     const int64_t nb = detail::cuda_conv_chunk(g.n, direct ? 0 : K * P * int64_t{sizeof(Acc)});
     detail::cuda_scratch dcol(direct ? 0 : static_cast<size_t>(nb * K * P) * sizeof(Acc));
     std::vector<int64_t> b_off(static_cast<size_t>(nb)), c_off(static_cast<size_t>(nb));
