@@ -65,6 +65,12 @@ class CudaConv : public CudaFixture {};
 using ConvDtypes = ::testing::Types<float, double, ts::half, ts::bfloat16>;
 TYPED_TEST_SUITE(CudaConv, ConvDtypes);
 
+// Implicit GEMM switched off for a test's duration (restored however the test ends).
+struct lowering_only {
+  lowering_only() { ts::detail::cuda_conv_implicit_gemm() = false; }
+  ~lowering_only() { ts::detail::cuda_conv_implicit_gemm() = true; }
+};
+
 // Every forward case on the device against the CPU, with and without bias and ReLU.
 template <class T>
 void expect_forward_matches_cpu(const std::string& tag) {
@@ -93,10 +99,7 @@ TYPED_TEST(CudaConv, ForwardMatchesCpuWithBiasAndRelu) {
 
 // The im2col lowering that geometries beyond the implicit GEMM's 32-bit positions take.
 TYPED_TEST(CudaConv, ForwardThroughLoweringMatchesCpu) {
-  struct lowering_only {  // restored however the test ends
-    lowering_only() { ts::detail::cuda_conv_implicit_gemm() = false; }
-    ~lowering_only() { ts::detail::cuda_conv_implicit_gemm() = true; }
-  } scope;
+  const lowering_only scope;
   expect_forward_matches_cpu<TypeParam>("conv2d (im2col) ");
 }
 
@@ -133,10 +136,7 @@ TYPED_TEST(CudaConv, InputAndWeightGradientsMatchCpu) {
 // Every input gradient through the column matrix and col2im (what strided convolutions and
 // geometries beyond the implicit GEMM's 32-bit positions take).
 TYPED_TEST(CudaConv, GradientsThroughLoweringMatchCpu) {
-  struct lowering_only {  // restored however the test ends
-    lowering_only() { ts::detail::cuda_conv_implicit_gemm() = false; }
-    ~lowering_only() { ts::detail::cuda_conv_implicit_gemm() = true; }
-  } scope;
+  const lowering_only scope;
   expect_gradients_match_cpu<TypeParam>("conv2d backward (lowered) ");
 }
 
