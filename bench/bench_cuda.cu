@@ -11,8 +11,10 @@
 //                                     register-staged tensor-core kernel, with the cp.async
 //                                     pipelines (which tessera rows use) switched off; for fp16
 //                                     and bf16 squares also tessera_wmma: the WMMA pipeline where
-//                                     tessera rows run mma.sync; for int8 squares also
-//                                     tessera_staged (the register-staged WMMA kernel) and
+//                                     tessera rows run mma.sync; for int8 and fp8 squares also
+//                                     tessera_staged (the register-staged WMMA kernel: for fp8
+//                                     the exact fp16 route, where tessera rows run fp8
+//                                     mma.sync when built for sm_89+); for int8 squares also
 //                                     tessera_tn: B handed over k-contiguous (the transposed view
 //                                     of a copy of Bᵀ, the same values), which the mma.sync kernel
 //                                     reads in place where tessera rows first pack B
@@ -314,8 +316,8 @@ void add_gemm(const char* type, int64_t m, int64_t k, int64_t n, double tol, int
 
 template <kind K>
 void add_gemm_squares(const char* type, double tol) {
-  constexpr bool pipelined =
-      K == kind::tf32 || K == kind::fp16 || K == kind::bf16 || K == kind::int8;
+  constexpr bool pipelined = K == kind::tf32 || K == kind::fp16 || K == kind::bf16 ||
+                             K == kind::int8 || K == kind::fp8;
   for (int64_t s : {1024, 4096, 8192})
     add_gemm<K>(type, s, s, s, tol, s >= 8192 ? 10 : 50, pipelined);
 }

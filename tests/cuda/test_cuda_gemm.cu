@@ -329,23 +329,38 @@ TYPED_TEST(CudaGemmPipeline, LinearWithBiasAndReluEpilogue) {
       [](const auto& a, const auto& b, const auto& c) { return ts::linear(a, b, c); }, x, w, bias);
 }
 
-// 8-bit integers on the mma.sync kernel (m16n8k32, int32 sums): an operand whose k is
-// contiguous with 16-byte aligned rows (A row-major, B column-major) is read in place, any other
-// from a k-contiguous copy (gemm_pack.cuh). Values over the type's whole range; the sums are
+// 8-bit inputs on the mma.sync kernel (m16n8k32): int8 and uint8 (int32 sums) and, where built
+// for sm_89+, fp8 e4m3 and e5m2 (float sums). An operand whose k is contiguous with 16-byte
+// aligned rows (A row-major, B column-major) is read in place, any other from a k-contiguous
+// copy (gemm_pack.cuh). Integers over the type's whole range, fp8 small integers; the sums are
 // exact, so every result must equal the CPU's bit for bit, on the mma.sync kernel and on the
-// register-staged WMMA kernel (mma.sync switched off). Each case also checks which kernel ran
-// and how many operands were packed.
+// register-staged WMMA kernel (mma.sync switched off: int8 WMMA, or fp8 on fp16 tensor cores).
+// Each case also checks which kernel ran and how many operands were packed.
 template <class T>
 class CudaGemmMma8 : public CudaFixture {
  protected:
+  static constexpr bool integers = std::is_integral_v<T>;
   void TearDown() override { ts::detail::cuda_gemm_mma_enabled() = true; }
+  /// Whether this build runs T x T on the mma.sync kernel (fp8: built for sm_89 or newer).
   static bool tensor_cores() {
     namespace d = ts::detail;
-    using Cfg = typename d::cuda_tc_select<T, T, int32_t>::type;
-    return d::cuda_built_for(d::cuda_gemm_tc<Cfg, T, T>, 80);
+    using Op = d::cuda_mma_op<T>;
+    return d::cuda_built_for(d::cuda_gemm_mma<T, T, T, false, true, typename Op::acc>, Op::arch);
   }
+  /// Integers: the type's whole range; fp8: -3 .. 3 (sums exact, and far below 2^14).
   static HostT<T> ints(const ts::Shape& s, uint64_t seed) {
-    return small_ints<T>(s, seed, std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
+    if constexpr (integers)
+      return small_ints<T>(s, seed, std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
+    else
+      return small_ints<T>(s, seed);
+  }
+  /// What fills the bytes beyond a view: the largest integer, or NaN, either of which changes
+  /// a sum it enters.
+  static T poison() {
+    if constexpr (integers)
+      return std::numeric_limits<T>::max();
+    else
+      return T(std::numeric_limits<float>::quiet_NaN());
   }
   /// op on both kernels against the CPU; `packed`: how many operands the mma.sync kernel
   /// should find in need of a k-contiguous copy.
@@ -365,7 +380,7 @@ class CudaGemmMma8 : public CudaFixture {
     }
   }
 };
-using Mma8Dtypes = ::testing::Types<int8_t, uint8_t>;
+using Mma8Dtypes = ::testing::Types<int8_t, uint8_t, ts::float8_e4m3, ts::float8_e5m2>;
 TYPED_TEST_SUITE(CudaGemmMma8, Mma8Dtypes);
 
 TYPED_TEST(CudaGemmMma8, EveryLayoutWithTailsMatchesCpu) {
@@ -397,14 +412,13 @@ TYPED_TEST(CudaGemmMma8, EveryLayoutWithTailsMatchesCpu) {
 }
 
 TYPED_TEST(CudaGemmMma8, PartialChunksStridesAndBatchesMatchCpu) {
-  using T = TypeParam;
   const auto mm = [](const auto& x, const auto& y) { return ts::matmul(x, y); };
   const auto t = [](const auto& x) { return x.transpose(0, 1); };
   // Rows of 48 bytes holding k = 37 (in place, the last chunk partly inside the view), the bytes
-  // beyond the view at the extremes: read, they would change the sums.
+  // beyond the view poisoned: read, they would change the sums.
   const auto wa = this->ints({130, 48}, 501), wbt = this->ints({70, 48}, 502);
-  wa.slice(1, 37, 48).fill_(std::numeric_limits<T>::max());
-  wbt.slice(1, 37, 48).fill_(std::numeric_limits<T>::max());
+  wa.slice(1, 37, 48).fill_(this->poison());
+  wbt.slice(1, 37, 48).fill_(this->poison());
   this->expect_both_kernels(
       "partial chunks along k, in place", 0,
       [&](const auto& x, const auto& y) { return mm(x.slice(1, 0, 37), t(y.slice(1, 0, 37))); }, wa,

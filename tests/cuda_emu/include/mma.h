@@ -11,8 +11,9 @@
 // tf32 inputs are read as the hardware reads them, from the top 19 bits of each float (a kernel
 // that forgets __float_to_tf32 truncates, as on a GPU); integer products wrap in 32 bits.
 //
-// Below WMMA, the raw mma.sync of tessera's mma_sync.cuh: warp collectives whose fragment
-// layouts are modelled lane by lane (tessera_cuda_emulation::mma_m16n8k16, mma_m16n8k32).
+// Below WMMA, the raw mma.sync of tessera's mma_sync.cuh (16-bit, 8-bit integer and fp8 inputs):
+// warp collectives whose fragment layouts are modelled lane by lane
+// (tessera_cuda_emulation::mma_m16n8k16, mma_m16n8k32).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -24,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <tessera/core/bfloat16.hpp>
+#include <tessera/core/float8.hpp>
 #include <tessera/core/half.hpp>
 #include <type_traits>
 
@@ -209,28 +211,37 @@ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])
 }
 
 /// mma.sync.aligned.m16n8k32.row.col.s32.{s8,u8}.{s8,u8}.s32 with d = c (in place): d += A (16
-/// x 32) B (32 x 8) in int32, wrapping. Lane L, with g = L / 4 and t = L % 4, holds A(g, 4t..4t+3)
-/// in a[0], A(g + 8, 4t..) in a[1], A(g, 4t + 16..) in a[2], A(g + 8, 4t + 16..) in a[3];
-/// B(4t..4t+3, g) in b[0], B(4t + 16.., g) in b[1], the lower k in the lower byte; D as for
-/// mma_m16n8k16.
-template <class In>
-void mma_m16n8k32(int32_t (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+/// x 32) B (32 x 8) in int32, wrapping; with fp8 inputs (In = tessera::float8_e4m3 or
+/// float8_e5m2, .f32.e4m3.e4m3.f32 / .e5m2) in float, the k terms added to d in order. Lane L, with
+/// g = L / 4 and t = L % 4, holds A(g, 4t..4t+3) in a[0], A(g + 8, 4t..) in a[1], A(g, 4t + 16..)
+/// in a[2], A(g + 8, 4t + 16..) in a[3]; B(4t..4t+3, g) in b[0], B(4t + 16.., g) in b[1], the lower
+/// k in the lower byte; D as for mma_m16n8k16.
+template <class In, class D>
+void mma_m16n8k32(D (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  constexpr bool integers = std::is_integral_v<In>;
+  static_assert(std::is_same_v<D, std::conditional_t<integers, int32_t, float>>);
   const mma_lanes lane_ops = share_mma_operands(a, b);
-  const auto byte_of = [](uint32_t reg, int k) {
-    return static_cast<In>(static_cast<unsigned char>(reg >> (8 * (k % 4))));
+  // Element k of a register: its byte, as an int32 or (fp8) a float.
+  const auto value_of = [](uint32_t reg, int k) {
+    const auto byte = static_cast<unsigned char>(reg >> (8 * (k % 4)));
+    if constexpr (integers)
+      return static_cast<int32_t>(static_cast<In>(byte));
+    else
+      return static_cast<float>(In::from_bits(byte));
   };
   const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, t = lane % 4;
   for (int r = 0; r < 4; ++r) {
     const int row = g + (r >= 2 ? 8 : 0), col = 2 * t + r % 2;
-    uint32_t s = static_cast<uint32_t>(d[r]);  // unsigned: the sum wraps as on a GPU
+    // Integers sum in uint32 (wrapping as on a GPU), fp8 products in float.
+    std::conditional_t<integers, uint32_t, float> s = static_cast<decltype(s)>(d[r]);
     for (int k = 0; k < 32; ++k) {
       const mma_operands ao = lane_ops(row % 8 * 4 + k % 16 / 4);
       const mma_operands bo = lane_ops(col * 4 + k % 16 / 4);
-      const int32_t av = byte_of(ao.a[(row >= 8 ? 1 : 0) + (k >= 16 ? 2 : 0)], k);
-      const int32_t bv = byte_of(bo.b[k >= 16 ? 1 : 0], k);
-      s += static_cast<uint32_t>(av * bv);
+      const auto av = value_of(ao.a[(row >= 8 ? 1 : 0) + (k >= 16 ? 2 : 0)], k);
+      const auto bv = value_of(bo.b[k >= 16 ? 1 : 0], k);
+      s += static_cast<decltype(s)>(av * bv);
     }
-    d[r] = static_cast<int32_t>(s);
+    d[r] = static_cast<D>(s);
   }
 }
 

@@ -2,7 +2,8 @@
 //  - half x half and bfloat16 x bfloat16 (float accumulation) when both operands are row- or
 //    column-major with 16-byte aligned rows, the same operands the WMMA pipeline
 //    (gemm_tc_async.cuh) takes, which still runs tf32;
-//  - int8 x int8 and uint8 x uint8 (int32 accumulation, m16n8k32) with A row-major and B
+//  - int8 x int8 and uint8 x uint8 (int32 accumulation, m16n8k32) and, built for sm_89+, fp8 x
+//    fp8 of one format (e4m3 or e5m2, float accumulation, m16n8k32) with A row-major and B
 //    column-major, i.e. k contiguous in both: ldmatrix's .trans moves 16-bit elements, so it
 //    cannot transpose bytes. Other 8-bit operands are first packed k-contiguous (gemm_pack.cuh).
 //
@@ -46,19 +47,23 @@ inline constexpr int cuda_mma_stages = 4;
 inline constexpr int cuda_mma_row_bytes = 64;  // of k per operand row and stage, any element size
 
 /// What the kernel multiplies for inputs In (__half, __nv_bfloat16: m16n8k16, float sums;
-/// signed / unsigned char: m16n8k32, int32 sums). Counted in bytes the two are one geometry: a
-/// 16-byte chunk holds v elements, a stage 4 chunks of k per row (bk = 4v), one instruction
-/// 2v of k, and the fragments' bytes sit in the same lanes (mma_sync.cuh).
+/// signed / unsigned char: m16n8k32, int32 sums; float8_e4m3 / float8_e5m2: m16n8k32, float
+/// sums, from sm_89 on). Counted in bytes they are one geometry: a 16-byte chunk holds v
+/// elements, a stage 4 chunks of k per row (bk = 4v), one instruction 2v of k, and the
+/// fragments' bytes sit in the same lanes (mma_sync.cuh).
 template <class In>
 struct cuda_mma_op {
-  static constexpr bool bytes8 = sizeof(In) == 1;
+  static constexpr bool bytes8 = sizeof(In) == 1, fp8 = cuda_is_fp8<In>;
   using elem = std::conditional_t<bytes8, std::uint8_t, std::uint16_t>;  // what the tiles hold
-  using acc = std::conditional_t<bytes8, int32_t, float>;
+  using acc = std::conditional_t<bytes8 && !fp8, int32_t, float>;
   static constexpr int v = 16 / static_cast<int>(sizeof(In));
   static constexpr int bk = cuda_mma_row_bytes / static_cast<int>(sizeof(In));
   static constexpr int ik = 2 * v;
+  static constexpr int arch = fp8 ? 89 : 80;  // the first architecture with the instruction
   __device__ static void mma(acc (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-    if constexpr (bytes8)
+    if constexpr (fp8)
+      cuda_mma_16832_fp8<In>(d, a, b);
+    else if constexpr (bytes8)
       cuda_mma_16832<In>(d, a, b);
     else
       cuda_mma_16816<In>(d, a, b);
@@ -115,7 +120,7 @@ __host__ __device__ __forceinline__ int cuda_mma_b_frag_at(int lane, int n, int 
 /// A row-major (a_cs == 1) or column-major (ACol: a_rs == 1), B likewise (8-bit inputs: A
 /// row-major and B column-major only), rows and batch matrices 16-byte aligned
 /// (cuda_tc_async_fits). Results as cuda_gemm_tc's, up to the order of float additions inside
-/// one instruction's k for 16-bit inputs; exact (wrapping) int32 sums for 8-bit ones.
+/// one instruction's k for 16-bit and fp8 inputs; exact (wrapping) int32 sums for 8-bit integers.
 template <class In, class TA, class TB, bool ACol, bool BCol, class TC>
 __global__ void __launch_bounds__(cuda_mma_threads, 2)
     cuda_gemm_mma(cuda_gemm_args<TA, TB, typename cuda_mma_op<In>::acc, TC> p, int64_t batch) {

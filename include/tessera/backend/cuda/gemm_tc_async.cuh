@@ -207,17 +207,21 @@ bool cuda_gemm_tc_async_launch(dim3 grid, const cuda_gemm_args<TA, TB, typename 
   return true;
 }
 
-/// Runs an 8-bit integer product (In = signed / unsigned char) on the mma.sync kernel, reading
-/// each operand in place when its k is contiguous with 16-byte aligned rows (A row-major, B
-/// column-major), else from a k-contiguous copy (cuda_pack_operand); false when the kernel is
-/// switched off or its shared memory is refused.
-template <class In, class TA, class TB, class TC>
-bool cuda_gemm_try_mma8(const gemm_problem<TA, TB, int32_t, TC>& pr,
-                        cuda_gemm_args<TA, TB, int32_t, TC> p, dim3 grid) {
-  if (!cuda_gemm_mma_enabled()) return false;
+/// Runs an 8-bit product (In = signed / unsigned char, float8_e4m3, float8_e5m2) on the mma.sync
+/// kernel, reading each operand in place when its k is contiguous with 16-byte aligned rows (A
+/// row-major, B column-major), else from a k-contiguous copy (cuda_pack_operand); false when
+/// the kernel is switched off, was not built for an architecture with In's instruction, or its
+/// shared memory is refused.
+template <class In, class TA, class TB, class Acc, class TC>
+bool cuda_gemm_try_mma8(const gemm_problem<TA, TB, Acc, TC>& pr, cuda_gemm_args<TA, TB, Acc, TC> p,
+                        dim3 grid) {
+  // Once per kernel (per process, like the other kernel choices).
+  static const bool built =
+      cuda_built_for(cuda_gemm_mma<In, TA, TB, false, true, TC>, cuda_mma_op<In>::arch);
+  if (!cuda_gemm_mma_enabled() || !built) return false;
   bool acol = true, bcol = false;
   std::optional<cuda_scratch> packed_a, packed_b;  // alive until the product is launched
-  if (p.alpha != 0) {                              // else neither operand is read
+  if (p.alpha != Acc(0)) {                         // else neither operand is read
     if (!cuda_tc_async_fits(pr.a, pr.a_rs, pr.a_cs, pr.a_offsets, p.a_bs, pr.batch, 1, acol) ||
         acol) {
       const auto a = cuda_pack_operand<TA>({p.a, p.a_rs, p.a_cs, p.a_off, p.a_bs}, pr.batch, p.m,
@@ -237,12 +241,16 @@ bool cuda_gemm_try_mma8(const gemm_problem<TA, TB, int32_t, TC>& pr,
 /// Runs pr on a pipelined kernel when it qualifies (cuda_tc_async_family, cuda_tc_async_fits
 /// for both operands): the mma.sync one for 16-bit inputs (gemm_mma.cuh, unless
 /// cuda_gemm_mma_enabled() is off), else the WMMA one; 8-bit integer products on the mma.sync
-/// kernel whatever their layout (cuda_gemm_try_mma8). False when none runs it.
+/// kernel whatever their layout (cuda_gemm_try_mma8), and so fp8 x fp8 products of one format
+/// where the kernel was built for sm_89+ (elsewhere they run exactly on the fp16 tensor cores of
+/// the register-staged kernel). False when none runs it.
 template <class Cfg, class TA, class TB, class Acc, class TC>
 bool cuda_gemm_try_async(const gemm_problem<TA, TB, Acc, TC>& pr,
                          const cuda_gemm_args<TA, TB, Acc, TC>& p, dim3 grid) {
   if constexpr (std::is_same_v<Cfg, cuda_tc_int8<typename Cfg::frag>>) {
     return cuda_gemm_async_copies() && cuda_gemm_try_mma8<typename Cfg::frag>(pr, p, grid);
+  } else if constexpr (cuda_is_fp8<TA> && std::is_same_v<TA, TB> && std::is_same_v<Acc, float>) {
+    return cuda_gemm_async_copies() && cuda_gemm_try_mma8<TA>(pr, p, grid);
   } else if constexpr (!cuda_tc_async_family<Cfg, TA, TB>) {
     (void)pr, (void)p, (void)grid;
     return false;

@@ -1,7 +1,7 @@
 // tessera/backend/cuda/mma_sync.cuh - the warp-level tensor-core instructions below WMMA:
 // ldmatrix (shared memory to fragments, sm_75+), mma.sync m16n8k16 with 16-bit inputs and float
-// accumulation and mma.sync m16n8k32 with 8-bit integer inputs and int32 accumulation (sm_80+):
-// what gemm_mma.cuh is built from.
+// accumulation and mma.sync m16n8k32 with 8-bit integer inputs and int32 accumulation (sm_80+)
+// or fp8 inputs and float accumulation (sm_89+): what gemm_mma.cuh is built from.
 //
 // Why raw instructions beside WMMA: their fragment layouts are specified lane by lane in the PTX
 // ISA, so a kernel can choose its shared-memory layout (an XOR swizzle, conflict-free for both
@@ -20,6 +20,8 @@
 
 #include <cstdint>
 #include <type_traits>
+
+#include "../../core/float8.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 namespace detail {
@@ -106,6 +108,35 @@ __device__ __forceinline__ void cuda_mma_16832(int32_t (&d)[4], const uint32_t (
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #else
   (void)d, (void)a, (void)b;
+  __trap();
+#endif
+}
+
+/// d += A B on the fp8 tensor cores: mma.sync.aligned.m16n8k32.row.col.f32.In.In.f32 (In =
+/// float8_e4m3: .e4m3, float8_e5m2: .e5m2; sm_89 and newer), with the register layout of the
+/// 8-bit integer form (cuda_mma_16832). The products are exact in float; how the instruction
+/// adds its 32 products to d is NVIDIA's (docs/cuda.md, "fp8").
+template <class In>
+__device__ __forceinline__ void cuda_mma_16832_fp8(float (&d)[4], const uint32_t (&a)[4],
+                                                   const uint32_t (&b)[2]) {
+  static_assert(std::is_same_v<In, float8_e4m3> || std::is_same_v<In, float8_e5m2>);
+#if defined(TESSERA_CUDA_HOST_EMULATION)
+  tessera_cuda_emulation::mma_m16n8k32<In>(d, a, b);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  if constexpr (std::is_same_v<In, float8_e4m3>)
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  else
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  (void)d, (void)a, (void)b;  // launched only where cuda_built_for(..., 89) holds
   __trap();
 #endif
 }
