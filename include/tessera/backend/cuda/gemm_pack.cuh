@@ -5,8 +5,9 @@
 // so an 8-bit operand whose contiguous direction is m or n would need every fragment's bytes
 // transposed in registers (byte permutes and shuffles next to each mma), or copies through
 // registers that transpose on their way to shared memory, which gives up cp.async. The pack
-// reads and writes the operand once: k x n bytes each way, against 2 m n k operations of product,
-// so its share of the time falls as 1 / m (docs/perf/cuda_gemm.md has the figures).
+// reads and writes the operand once: k x n bytes each way for B, against 2 m n k operations of
+// product, so its share of the time falls as 1 / m (1 / n for A; docs/perf/cuda_gemm.md has the
+// figures).
 #pragma once
 
 #include <cuda_runtime.h>
