@@ -46,11 +46,11 @@ inline constexpr int cuda_mma_threads = 128;  // 4 warps in a 2 x 2 grid, 64 x 6
 inline constexpr int cuda_mma_stages = 4;
 inline constexpr int cuda_mma_row_bytes = 64;  // of k per operand row and stage, any element size
 
-/// What the kernel multiplies for inputs In (__half, __nv_bfloat16: m16n8k16, float sums;
-/// signed / unsigned char: m16n8k32, int32 sums; float8_e4m3 / float8_e5m2: m16n8k32, float
-/// sums, from sm_89 on). Counted in bytes they are one geometry: a 16-byte chunk holds v
-/// elements, a stage 4 chunks of k per row (bk = 4v), one instruction 2v of k, and the
-/// fragments' bytes sit in the same lanes (mma_sync.cuh).
+/// The kernel's geometry for inputs In (__half, __nv_bfloat16: m16n8k16, float sums; signed /
+/// unsigned char: m16n8k32, int32 sums; float8_e4m3 / float8_e5m2: m16n8k32, float sums, from
+/// sm_89 on; the instruction itself is cuda_mma_sync<In>). Counted in bytes they are one
+/// geometry: a 16-byte chunk holds v elements, a stage 4 chunks of k per row (bk = 4v), one
+/// instruction 2v of k, and the fragments' bytes sit in the same lanes (mma_sync.cuh).
 template <class In>
 struct cuda_mma_op {
   static constexpr bool bytes8 = sizeof(In) == 1, fp8 = cuda_is_fp8<In>;
@@ -60,14 +60,6 @@ struct cuda_mma_op {
   static constexpr int bk = cuda_mma_row_bytes / static_cast<int>(sizeof(In));
   static constexpr int ik = 2 * v;
   static constexpr int arch = fp8 ? 89 : 80;  // the first architecture with the instruction
-  __device__ static void mma(acc (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-    if constexpr (fp8)
-      cuda_mma_16832_fp8<In>(d, a, b);
-    else if constexpr (bytes8)
-      cuda_mma_16832<In>(d, a, b);
-    else
-      cuda_mma_16816<In>(d, a, b);
-  }
 };
 
 /// A stage's tile with k contiguous (A row-major, B column-major): [128][4 V] elements of V per
@@ -188,7 +180,7 @@ __global__ void __launch_bounds__(cuda_mma_threads, 2)
 #pragma unroll
                 for (int j = 0; j < 8; ++j) {
                   const uint32_t fbj[2] = {fb[j / 2][j % 2 * 2], fb[j / 2][j % 2 * 2 + 1]};
-                  Op::mma(acc[i][j], fa[i], fbj);
+                  cuda_mma_sync<In>(acc[i][j], fa[i], fbj);
                 }
             }
           });

@@ -51,95 +51,65 @@ __device__ __forceinline__ void cuda_ldmatrix_x4(uint32_t (&r)[4], const void* r
 #endif
 }
 
-/// d += A B on the tensor cores: mma.sync.aligned.m16n8k16.row.col.f32.In.In.f32 (In = __half
-/// or __nv_bfloat16). With g = lane / 4, t = lane % 4: a[0] holds A(g, 2t .. 2t + 1), a[1]
-/// A(g + 8, 2t ..), a[2] A(g, 2t + 8 ..), a[3] A(g + 8, 2t + 8 ..); b[0] B(2t .. 2t + 1, g), b[1]
-/// B(2t + 8 .., g); d[0..1] D(g, 2t .. 2t + 1), d[2..3] D(g + 8, 2t .. 2t + 1). Within a
-/// register the lower k sits in the low 16 bits (what ldmatrix delivers).
-template <class In>
-__device__ __forceinline__ void cuda_mma_16816(float (&d)[4], const uint32_t (&a)[4],
-                                               const uint32_t (&b)[2]) {
-  static_assert(std::is_same_v<In, __half> || std::is_same_v<In, __nv_bfloat16>);
+// One mma.sync with the accumulators in place (d = c): `shape_types` names the shape, layouts and
+// types after "mma.sync.aligned.", D is the accumulators' constraint ("+f" or "+r").
+#define TESSERA_MMA_SYNC(shape_types, D)                                            \
+  asm volatile("mma.sync.aligned." shape_types                                      \
+               " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n" \
+               : D(d[0]), D(d[1]), D(d[2]), D(d[3])                                 \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
+
+/// d += A B on the tensor cores, one mma.sync.aligned.row.col for inputs In:
+///  - __half / __nv_bfloat16: m16n8k16, float d (sm_80+). With g = lane / 4, t = lane % 4: a[0]
+///    holds A(g, 2t .. 2t + 1), a[1] A(g + 8, 2t ..), a[2] A(g, 2t + 8 ..), a[3] A(g + 8, 2t + 8
+///    ..); b[0] B(2t .. 2t + 1, g), b[1] B(2t + 8 .., g); d[0..1] D(g, 2t .. 2t + 1), d[2..3]
+///    D(g + 8, 2t .. 2t + 1). Within a register the lower k sits in the low 16 bits (what
+///    ldmatrix delivers).
+///  - signed / unsigned char (.s8 / .u8): m16n8k32, int32 d wrapping like the other kernels
+///    (sm_80+); float8_e4m3 / float8_e5m2 (.e4m3 / .e5m2): m16n8k32, float d (sm_89+; the
+///    products are exact in float, how the instruction adds its 32 of them to d is NVIDIA's,
+///    docs/cuda.md "fp8"). The registers hold the same bytes as for 16-bit inputs: a[0] holds
+///    A(g, 4t .. 4t + 3), a[1] A(g + 8, 4t ..), a[2] A(g, 4t + 16 ..), a[3] A(g + 8, 4t + 16 ..);
+///    b[0] B(4t .. 4t + 3, g), b[1] B(4t + 16 .., g); lower k in the lower byte; d as above. So
+///    ldmatrix (without .trans) of k-contiguous rows feeds both forms alike.
+template <class In, class Acc>
+__device__ __forceinline__ void cuda_mma_sync(Acc (&d)[4], const uint32_t (&a)[4],
+                                              const uint32_t (&b)[2]) {
+  constexpr bool f16 = std::is_same_v<In, __half>, bf16 = std::is_same_v<In, __nv_bfloat16>;
+  constexpr bool s8 = std::is_same_v<In, signed char>, u8 = std::is_same_v<In, unsigned char>;
+  constexpr bool e4m3 = std::is_same_v<In, float8_e4m3>, e5m2 = std::is_same_v<In, float8_e5m2>;
+  static_assert(f16 || bf16 || s8 || u8 || e4m3 || e5m2);
+  static_assert(std::is_same_v<Acc, std::conditional_t<s8 || u8, int32_t, float>>);
 #if defined(TESSERA_CUDA_HOST_EMULATION)
-  tessera_cuda_emulation::mma_m16n8k16<In>(d, a, b);
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if constexpr (std::is_same_v<In, __half>)
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  if constexpr (f16 || bf16)
+    tessera_cuda_emulation::mma_m16n8k16<In>(d, a, b);
   else
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    tessera_cuda_emulation::mma_m16n8k32<In>(d, a, b);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (f16)
+    TESSERA_MMA_SYNC("m16n8k16.row.col.f32.f16.f16.f32", "+f");
+  else if constexpr (bf16)
+    TESSERA_MMA_SYNC("m16n8k16.row.col.f32.bf16.bf16.f32", "+f");
+  else if constexpr (s8)
+    TESSERA_MMA_SYNC("m16n8k32.row.col.s32.s8.s8.s32", "+r");
+  else if constexpr (u8)
+    TESSERA_MMA_SYNC("m16n8k32.row.col.s32.u8.u8.s32", "+r");
+#if __CUDA_ARCH__ >= 890
+  else if constexpr (e4m3)
+    TESSERA_MMA_SYNC("m16n8k32.row.col.f32.e4m3.e4m3.f32", "+f");
+  else
+    TESSERA_MMA_SYNC("m16n8k32.row.col.f32.e5m2.e5m2.f32", "+f");
 #else
-  (void)d, (void)a, (void)b;
+  else
+    __trap();  // fp8: launched only where cuda_built_for(..., 89) holds
+#endif
+#else
+  (void)d, (void)a, (void)b;  // callers run only where the code is built for sm_80
   __trap();
 #endif
 }
 
-/// d += A B on the integer tensor cores: mma.sync.aligned.m16n8k32.row.col.s32.In.In.s32 (In =
-/// signed char: .s8, unsigned char: .u8), wrapping in 32 bits like the other kernels. The
-/// registers hold the same bytes as cuda_mma_16816's: with g = lane / 4, t = lane % 4, a[0] holds
-/// A(g, 4t .. 4t + 3), a[1] A(g + 8, 4t ..), a[2] A(g, 4t + 16 ..), a[3] A(g + 8, 4t + 16 ..);
-/// b[0] B(4t .. 4t + 3, g), b[1] B(4t + 16 .., g); lower k in the lower byte; d as there. So
-/// ldmatrix (without .trans) of k-contiguous rows feeds it exactly as it feeds the 16-bit one.
-template <class In>
-__device__ __forceinline__ void cuda_mma_16832(int32_t (&d)[4], const uint32_t (&a)[4],
-                                               const uint32_t (&b)[2]) {
-  static_assert(std::is_same_v<In, signed char> || std::is_same_v<In, unsigned char>);
-#if defined(TESSERA_CUDA_HOST_EMULATION)
-  tessera_cuda_emulation::mma_m16n8k32<In>(d, a, b);
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if constexpr (std::is_same_v<In, signed char>)
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  else
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else
-  (void)d, (void)a, (void)b;
-  __trap();
-#endif
-}
-
-/// d += A B on the fp8 tensor cores: mma.sync.aligned.m16n8k32.row.col.f32.In.In.f32 (In =
-/// float8_e4m3: .e4m3, float8_e5m2: .e5m2; sm_89 and newer), with the register layout of the
-/// 8-bit integer form (cuda_mma_16832). The products are exact in float; how the instruction
-/// adds its 32 products to d is NVIDIA's (docs/cuda.md, "fp8").
-template <class In>
-__device__ __forceinline__ void cuda_mma_16832_fp8(float (&d)[4], const uint32_t (&a)[4],
-                                                   const uint32_t (&b)[2]) {
-  static_assert(std::is_same_v<In, float8_e4m3> || std::is_same_v<In, float8_e5m2>);
-#if defined(TESSERA_CUDA_HOST_EMULATION)
-  tessera_cuda_emulation::mma_m16n8k32<In>(d, a, b);
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  if constexpr (std::is_same_v<In, float8_e4m3>)
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  else
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else
-  (void)d, (void)a, (void)b;  // launched only where cuda_built_for(..., 89) holds
-  __trap();
-#endif
-}
+#undef TESSERA_MMA_SYNC
 
 }  // namespace detail
 TESSERA_END_NAMESPACE
