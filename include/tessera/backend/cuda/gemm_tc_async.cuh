@@ -219,21 +219,24 @@ bool cuda_gemm_try_mma8(const gemm_problem<TA, TB, Acc, TC>& pr, cuda_gemm_args<
   static const bool built =
       cuda_built_for(cuda_gemm_mma<In, TA, TB, false, true, TC>, cuda_mma_op<In>::arch);
   if (!cuda_gemm_mma_enabled() || !built) return false;
-  bool acol = true, bcol = false;
+  // Operand v (outer rows of k, host batch offsets host_off) as the kernel reads it: in place
+  // when k is contiguous with 16-byte aligned rows and batch matrices, else a packed copy.
+  const auto k_major = [&](auto v, const int64_t* host_off, int64_t outer,
+                           std::optional<cuda_scratch>& scratch) {
+    bool outer_contiguous = false;
+    if (cuda_tc_async_fits(v.x, v.s_outer, v.s_k, host_off, v.bs, pr.batch, 1, outer_contiguous) &&
+        !outer_contiguous)
+      return v;
+    return cuda_pack_operand(v, pr.batch, outer, p.k, scratch);
+  };
   std::optional<cuda_scratch> packed_a, packed_b;  // alive until the product is launched
   if (p.alpha != Acc(0)) {                         // else neither operand is read
-    if (!cuda_tc_async_fits(pr.a, pr.a_rs, pr.a_cs, pr.a_offsets, p.a_bs, pr.batch, 1, acol) ||
-        acol) {
-      const auto a = cuda_pack_operand<TA>({p.a, p.a_rs, p.a_cs, p.a_off, p.a_bs}, pr.batch, p.m,
-                                           p.k, packed_a);
-      p.a = a.x, p.a_rs = a.s_outer, p.a_cs = a.s_k, p.a_off = a.off, p.a_bs = a.bs;
-    }
-    if (!cuda_tc_async_fits(pr.b, pr.b_rs, pr.b_cs, pr.b_offsets, p.b_bs, pr.batch, 1, bcol) ||
-        !bcol) {
-      const auto b = cuda_pack_operand<TB>({p.b, p.b_cs, p.b_rs, p.b_off, p.b_bs}, pr.batch, p.n,
-                                           p.k, packed_b);
-      p.b = b.x, p.b_cs = b.s_outer, p.b_rs = b.s_k, p.b_off = b.off, p.b_bs = b.bs;
-    }
+    const auto a = k_major(cuda_gemm_operand<TA>{p.a, p.a_rs, p.a_cs, p.a_off, p.a_bs},
+                           pr.a_offsets, p.m, packed_a);
+    p.a = a.x, p.a_rs = a.s_outer, p.a_cs = a.s_k, p.a_off = a.off, p.a_bs = a.bs;
+    const auto b = k_major(cuda_gemm_operand<TB>{p.b, p.b_cs, p.b_rs, p.b_off, p.b_bs},
+                           pr.b_offsets, p.n, packed_b);
+    p.b = b.x, p.b_cs = b.s_outer, p.b_rs = b.s_k, p.b_off = b.off, p.b_bs = b.bs;
   }
   return cuda_gemm_mma_launch<In, false, true>(grid, p, pr.batch);
 }
@@ -247,10 +250,11 @@ bool cuda_gemm_try_mma8(const gemm_problem<TA, TB, Acc, TC>& pr, cuda_gemm_args<
 template <class Cfg, class TA, class TB, class Acc, class TC>
 bool cuda_gemm_try_async(const gemm_problem<TA, TB, Acc, TC>& pr,
                          const cuda_gemm_args<TA, TB, Acc, TC>& p, dim3 grid) {
-  if constexpr (std::is_same_v<Cfg, cuda_tc_int8<typename Cfg::frag>>) {
-    return cuda_gemm_async_copies() && cuda_gemm_try_mma8<typename Cfg::frag>(pr, p, grid);
-  } else if constexpr (cuda_is_fp8<TA> && std::is_same_v<TA, TB> && std::is_same_v<Acc, float>) {
-    return cuda_gemm_async_copies() && cuda_gemm_try_mma8<TA>(pr, p, grid);
+  constexpr bool ints8 = std::is_same_v<Cfg, cuda_tc_int8<typename Cfg::frag>>;
+  constexpr bool fp8 = cuda_is_fp8<TA> && std::is_same_v<TA, TB> && std::is_same_v<Acc, float>;
+  if constexpr (ints8 || fp8) {
+    using In = std::conditional_t<ints8, typename Cfg::frag, TA>;  // the instruction's input type
+    return cuda_gemm_async_copies() && cuda_gemm_try_mma8<In>(pr, p, grid);
   } else if constexpr (!cuda_tc_async_family<Cfg, TA, TB>) {
     (void)pr, (void)p, (void)grid;
     return false;
