@@ -316,8 +316,8 @@ void add_gemm(const char* type, int64_t m, int64_t k, int64_t n, double tol, int
 
 template <kind K>
 void add_gemm_squares(const char* type, double tol) {
-  constexpr bool pipelined = K == kind::tf32 || K == kind::fp16 || K == kind::bf16 ||
-                             K == kind::int8 || K == kind::fp8;
+  constexpr bool pipelined =
+      K == kind::tf32 || K == kind::fp16 || K == kind::bf16 || K == kind::int8 || K == kind::fp8;
   for (int64_t s : {1024, 4096, 8192})
     add_gemm<K>(type, s, s, s, tol, s >= 8192 ? 10 : 50, pipelined);
 }
