@@ -9,15 +9,16 @@
 //                                     row-major because cublasLt's fp8 wants the TN layout);
 //                                     for tf32, fp16 and bf16 squares also tessera_staged: the
 //                                     register-staged tensor-core kernel, with the cp.async
-//                                     pipelines (which tessera rows use) switched off; for fp16
-//                                     and bf16 squares also tessera_wmma: the WMMA pipeline where
-//                                     tessera rows run mma.sync; for int8 and fp8 squares also
-//                                     tessera_staged (the register-staged WMMA kernel: for fp8
+//                                     pipelines (which tessera rows use) switched off; for tf32,
+//                                     fp16 and bf16 squares also tessera_wmma: the WMMA pipeline
+//                                     where tessera rows run mma.sync; for int8 and fp8 squares
+//                                     also tessera_staged (the register-staged WMMA kernel: for fp8
 //                                     the exact fp16 route, where tessera rows run fp8
-//                                     mma.sync when built for sm_89+); for int8 squares also
-//                                     tessera_tn: B handed over k-contiguous (the transposed view
-//                                     of a copy of Bᵀ, the same values), which the mma.sync kernel
-//                                     reads in place where tessera rows first pack B
+//                                     mma.sync when built for sm_89+); for int8 and tf32 squares
+//                                     also tessera_tn: B handed over k-contiguous (the transposed
+//                                     view of a copy of Bᵀ, the same values), which the mma.sync
+//                                     kernel reads in place where tessera rows first pack B (int8)
+//                                     or reads B's fragments with 32-bit loads (tf32)
 //
 // Types: fp32 (SIMT), tf32 (float in and out; tessera under set_float32_matmul_precision(high),
 // cuBLAS with CUBLAS_COMPUTE_32F_FAST_TF32), fp16 and bf16 (fp16/bf16 out, float accumulation),
@@ -250,9 +251,10 @@ void cublas_gemm(const gemm_inputs<K>& in, const DevT<typename gemm_types<K>::ou
 }
 
 /// Which implementation a GEMM row times. tessera: the default kernel choice; tessera_wmma: the
-/// WMMA pipeline where the mma.sync kernel would run (fp16, bf16); tessera_staged: the
+/// WMMA pipeline where the mma.sync kernel would run (tf32, fp16, bf16); tessera_staged: the
 /// register-staged kernel (pipelines off); tessera_tn: the default choice with B given
-/// k-contiguous (int8: no pack before the mma.sync kernel).
+/// k-contiguous (int8: no pack before the mma.sync kernel; tf32: B's fragments by ldmatrix
+/// rather than 32-bit loads).
 enum class impl { tessera, tessera_wmma, tessera_staged, tessera_tn, cublas };
 
 template <kind K>
@@ -291,18 +293,19 @@ void bm_gemm(benchmark::State& st, impl who, int64_t m, int64_t k, int64_t n, do
 }
 
 /// Rows for tessera and cuBLAS; with variants, also tessera's other kernels for K (the WMMA
-/// pipeline for fp16 / bf16, the register-staged kernel for the pipelined kinds and int8) and,
-/// for int8, B read in place.
+/// pipeline for tf32 / fp16 / bf16, the register-staged kernel for the pipelined kinds and int8)
+/// and, for int8 and tf32, B given k-contiguous.
 template <kind K>
 void add_gemm(const char* type, int64_t m, int64_t k, int64_t n, double tol, int iterations,
               bool variants = false) {
   const std::string shape = std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
-  constexpr bool has_mma = K == kind::fp16 || K == kind::bf16;
+  constexpr bool has_mma = K == kind::tf32 || K == kind::fp16 || K == kind::bf16;
+  constexpr bool has_tn = K == kind::int8 || K == kind::tf32;
   for (impl who :
        {impl::tessera, impl::tessera_wmma, impl::tessera_staged, impl::tessera_tn, impl::cublas}) {
     if ((who == impl::tessera_staged && !variants) ||
         (who == impl::tessera_wmma && !(variants && has_mma)) ||
-        (who == impl::tessera_tn && !(variants && K == kind::int8)))
+        (who == impl::tessera_tn && !(variants && has_tn)))
       continue;
     const char* name = who == impl::tessera          ? "/tessera/"
                        : who == impl::tessera_wmma   ? "/tessera_wmma/"

@@ -210,8 +210,9 @@ TEST_F(CudaGemmTf32, RandomInputsAgreeWithTf32RoundedInputs) {
 }
 
 // The pipelined kernels: for half, bfloat16 and (tf32) float operands that are row- or
-// column-major with 16-byte aligned rows, the WMMA pipeline (gemm_tc_async.cuh) and, for the
-// 16-bit types, the mma.sync kernel (gemm_mma.cuh, swizzled tiles read by ldmatrix). Small
+// column-major with 16-byte aligned rows, the mma.sync kernel (gemm_mma.cuh, swizzled tiles read
+// by ldmatrix, or by 32-bit loads for tf32 operands with m or n contiguous) and the WMMA
+// pipeline (gemm_tc_async.cuh). Small
 // integers, so every kernel's result must equal the CPU's bit for bit, the register-staged
 // kernel's too (pipelines switched off). Every case also checks which kernel ran.
 template <class T>
@@ -234,9 +235,7 @@ class CudaGemmPipeline : public CudaGemmTf32 {  // float: tf32 tensor cores
   template <class Op, class... X>
   void expect_every_kernel(const std::string& what, bool pipelined, Op op, const X&... xs) {
     namespace d = ts::detail;
-    constexpr bool has_mma = !std::is_same_v<T, float>;
     for (const kernel k : {kernel::mma, kernel::wmma_pipeline, kernel::register_staged}) {
-      if (k == kernel::mma && !has_mma) continue;
       d::cuda_gemm_async_copies() = k != kernel::register_staged;
       d::cuda_gemm_mma_enabled() = k == kernel::mma;
       const int64_t mma_before = d::cuda_gemm_mma_launches().load();
@@ -446,27 +445,29 @@ TYPED_TEST(CudaGemmMma8, PartialChunksStridesAndBatchesMatchCpu) {
       this->ints({3, 64, 72}, 510), b2t);
 }
 
-// The mma.sync kernel's swizzled stage tiles (gemm_mma.cuh), checked on the host (no GPU
-// needed): every element has its own place, each 16-byte chunk stays contiguous and aligned
+// The mma.sync kernel's swizzled (or padded) stage tiles (gemm_mma.cuh), checked on the host (no
+// GPU needed): every element has its own place, each 16-byte chunk stays contiguous and aligned
 // (cp.async and ldmatrix move whole chunks), and neither the copies in nor the ldmatrix reads
 // out meet a bank conflict: the 8 chunks of one 128-byte wavefront (8 consecutive threads'
 // copies, or one 8 x 8 matrix's rows) fall on 8 different 16-byte groups of banks. The emulation
 // cannot see bank conflicts, so this is where a swizzle that costs speed would show.
-// V is the number of elements in a chunk (8 for 16-bit elements, 16 for bytes).
+// V is the number of elements in a chunk (8 for 16-bit elements, 16 for bytes, 4 for tf32);
+// span the tile's size in elements (more than outer x inner when rows are padded).
 template <class Tile, int V = 8>
-void expect_swizzle_ok(const char* name, int outer, int inner) {
-  std::vector<int> seen(static_cast<size_t>(outer * inner), 0);
+void expect_swizzle_ok(const char* name, int outer, int inner, int span = 0) {
+  if (span == 0) span = outer * inner;
+  std::vector<int> seen(static_cast<size_t>(span), 0);
   for (int o = 0; o < outer; ++o)
     for (int i = 0; i < inner; ++i) {
       const int at = Tile::at(o, i);
-      ASSERT_TRUE(at >= 0 && at < outer * inner) << name << " (" << o << ", " << i << ")";
+      ASSERT_TRUE(at >= 0 && at < span) << name << " (" << o << ", " << i << ")";
       ++seen[static_cast<size_t>(at)];
       if (i % V == 0)
         EXPECT_EQ(at % V, 0) << name << ": chunk start (" << o << ", " << i << ")";
       else
         EXPECT_EQ(at, Tile::at(o, i - 1) + 1) << name << ": chunk (" << o << ", " << i << ")";
     }
-  for (int n : seen) ASSERT_EQ(n, 1) << name << ": not a permutation";
+  for (int n : seen) ASSERT_LE(n, 1) << name << ": two elements in one place";
   // cp.async: chunk c goes to thread c % 128; threads 8w .. 8w + 7 form one wavefront.
   const int per_row = inner / V;
   for (int c0 = 0; c0 < outer * per_row; c0 += 8) {
@@ -493,7 +494,7 @@ void expect_ldmatrix_conflict_free(const char* name, At at) {
 TEST(CudaMmaTiles, SwizzlesArePermutationsOfChunksWithoutBankConflicts) {
   namespace d = ts::detail;
   expect_swizzle_ok<d::cuda_mma_k_major<8>>("k-major [128][32]", 128, 32);
-  expect_swizzle_ok<d::cuda_mma_mn_major>("mn-major [32][128]", 32, 128);
+  expect_swizzle_ok<d::cuda_mma_mn_major<>>("mn-major [32][128]", 32, 128);
   expect_swizzle_ok<d::cuda_mma_k_major<16>, 16>("8-bit k-major [128][64]", 128, 64);
   for (int m = 0; m < 128; m += 16)
     for (int kk = 0; kk < 64; kk += 32) {
@@ -504,6 +505,30 @@ TEST(CudaMmaTiles, SwizzlesArePermutationsOfChunksWithoutBankConflicts) {
       expect_ldmatrix_conflict_free<16>(("8-bit B" + at).c_str(), [&](int lane) {
         return d::cuda_mma_b_frag_at<true, 16>(lane, m, kk);
       });
+    }
+  // tf32: ldmatrix from the k-major tiles, 32-bit loads from the mn-major ones, where each of
+  // the four loads of a fragment must find the 32 lanes' floats in 32 different banks.
+  expect_swizzle_ok<d::cuda_mma_k_major<4>, 4>("tf32 k-major [128][16]", 128, 16);
+  expect_swizzle_ok<d::cuda_mma_mn_major<4>, 4>("tf32 mn-major [16][128 + 8]", 16, 128,
+                                                d::cuda_mma_op<d::cuda_tf32_tag>::tile);
+  for (int m = 0; m < 128; m += 16)
+    for (int kk = 0; kk < 16; kk += 8) {
+      const std::string at = " at " + std::to_string(m) + ", " + std::to_string(kk);
+      expect_ldmatrix_conflict_free<4>(("tf32 A row-major" + at).c_str(), [&](int lane) {
+        return d::cuda_mma_a_frag_at<false, 4>(lane, m, kk);
+      });
+      expect_ldmatrix_conflict_free<4>(("tf32 B column-major" + at).c_str(), [&](int lane) {
+        return d::cuda_mma_b_frag_at<true, 4>(lane, m, kk);
+      });
+      for (int q = 0; q < 4; ++q) {
+        std::set<int> a_banks, b_banks;
+        for (int lane = 0; lane < 32; ++lane) {
+          a_banks.insert(d::cuda_mma_tf32_mn_frag_at<false>(lane, m, kk, q) % 32);
+          b_banks.insert(d::cuda_mma_tf32_mn_frag_at<true>(lane, m, kk, q) % 32);
+        }
+        EXPECT_EQ(a_banks.size(), 32u) << "tf32 A column-major" << at << " register " << q;
+        EXPECT_EQ(b_banks.size(), 32u) << "tf32 B row-major" << at << " register " << q;
+      }
     }
   for (int m = 0; m < 128; m += 16)
     for (int kk = 0; kk < 32; kk += 16) {
@@ -523,18 +548,35 @@ TEST(CudaMmaTiles, SwizzlesArePermutationsOfChunksWithoutBankConflicts) {
     }
 }
 
-// tf32 rounding on the pipeline: each thread rounds what it copied, after its wait.
+// tf32 rounding on the pipelined kernels (mma.sync, then WMMA): each thread rounds what it
+// copied, after its wait. Both tiles of every layout: a kernel that skipped the rounding of one
+// would truncate (the tensor cores ignore the low bits).
 TEST_F(CudaGemmTf32, PipelineInputsRoundToNearestTf32TiesAway) {
   namespace d = ts::detail;
-  // 8 x 8 operands (eligible); each output sums 8 copies of x / 8, so it equals x as seen by
-  // the tensor cores: 1 + 2^-10 (rounded, ties away) rather than x = 1 + 2^-11.
+  // 8 x 8 operands (eligible); each output sums 8 products x (1/8), so it equals x as seen by
+  // the tensor cores: 1 + 2^-10 (rounded, ties away) rather than x = 1 + 2^-11. Then the
+  // operands swap roles, so each side's rounding is tested.
   const float x = 1.0f + std::ldexp(1.0f, -11);
-  const auto a = ts::full<float, ts::cuda>({8, 8}, x),
-             b = ts::full<float, ts::cuda>({8, 8}, 0.125f);
-  const int64_t before = d::cuda_gemm_async_launches().load();
-  const auto got = ts::matmul(a, b).to<ts::cpu>();
-  EXPECT_EQ(d::cuda_gemm_async_launches().load() > before, tensor_cores());
-  for (float v : got.to_vector()) EXPECT_EQ(v, tensor_cores() ? 1.0f + std::ldexp(1.0f, -10) : x);
+  const auto big = ts::full<float, ts::cuda>({8, 8}, x),
+             eighth = ts::full<float, ts::cuda>({8, 8}, 0.125f);
+  const auto t = [](const auto& y) { return y.transpose(0, 1); };
+  for (const bool mma : {true, false}) {
+    d::cuda_gemm_mma_enabled() = mma;
+    for (int layout = 0; layout < 8; ++layout) {
+      const auto a = layout & 4 ? eighth : big, b = layout & 4 ? big : eighth;
+      const std::string what = std::string(mma ? "mma.sync" : "WMMA pipeline") +
+                               (layout & 4 ? " x in B" : " x in A") + (layout & 1 ? " a^T" : "") +
+                               (layout & 2 ? " b^T" : "");
+      const int64_t mma_before = d::cuda_gemm_mma_launches().load();
+      const int64_t wmma_before = d::cuda_gemm_async_launches().load();
+      const auto got = ts::matmul(layout & 1 ? t(a) : a, layout & 2 ? t(b) : b).to<ts::cpu>();
+      EXPECT_EQ(d::cuda_gemm_mma_launches().load() > mma_before, mma && tensor_cores()) << what;
+      EXPECT_EQ(d::cuda_gemm_async_launches().load() > wmma_before, !mma && tensor_cores()) << what;
+      for (float v : got.to_vector())
+        ASSERT_EQ(v, tensor_cores() ? 1.0f + std::ldexp(1.0f, -10) : x) << what;
+    }
+  }
+  d::cuda_gemm_mma_enabled() = true;
 }
 
 class CudaGemmOps : public CudaFixture {};

@@ -11,9 +11,9 @@
 // tf32 inputs are read as the hardware reads them, from the top 19 bits of each float (a kernel
 // that forgets __float_to_tf32 truncates, as on a GPU); integer products wrap in 32 bits.
 //
-// Below WMMA, the raw mma.sync of tessera's mma_sync.cuh (16-bit, 8-bit integer and fp8 inputs):
-// warp collectives whose fragment layouts are modelled lane by lane
-// (tessera_cuda_emulation::mma_m16n8k16, mma_m16n8k32).
+// Below WMMA, the raw mma.sync of tessera's mma_sync.cuh (16-bit, tf32, 8-bit integer and fp8
+// inputs): warp collectives whose fragment layouts are modelled lane by lane
+// (tessera_cuda_emulation::mma_m16n8k16, mma_m16n8k8_tf32, mma_m16n8k32).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -205,6 +205,32 @@ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])
       const float av = decode(half_of(ao.a[(row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)], k));
       const float bv = decode(half_of(bo.b[k >= 8 ? 1 : 0], k));
       s += av * bv;
+    }
+    d[r] = s;
+  }
+}
+
+/// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 with d = c (in place): d += A (16 x 8)
+/// B (8 x 8) in float. Lane L, with g = L / 4 and t = L % 4, holds A(g, t) in a[0], A(g + 8, t)
+/// in a[1], A(g, t + 4) in a[2], A(g + 8, t + 4) in a[3]; B(t, g) in b[0], B(t + 4, g) in b[1];
+/// D as for mma_m16n8k16. Each register is a float read as the tensor cores read tf32 (its low
+/// 13 mantissa bits ignored, as nvcuda::wmma::emu::tf32_operand); the k terms are added to d in
+/// order.
+inline void mma_m16n8k8_tf32(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  const mma_lanes lane_ops = share_mma_operands(a, b);
+  const auto value_of = [](uint32_t reg) {
+    float f;
+    std::memcpy(&f, &reg, 4);
+    return nvcuda::wmma::emu::tf32_operand(f);
+  };
+  const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+  for (int r = 0; r < 4; ++r) {
+    const int row = g + (r >= 2 ? 8 : 0), col = 2 * t + r % 2;
+    float s = d[r];
+    for (int k = 0; k < 8; ++k) {
+      const mma_operands ao = lane_ops(row % 8 * 4 + k % 4);
+      const mma_operands bo = lane_ops(col * 4 + k % 4);
+      s += value_of(ao.a[(row >= 8 ? 1 : 0) + (k >= 4 ? 2 : 0)]) * value_of(bo.b[k >= 4 ? 1 : 0]);
     }
     d[r] = s;
   }

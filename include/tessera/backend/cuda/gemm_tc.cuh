@@ -38,6 +38,7 @@
 #include "../../core/matmul_precision.hpp"
 #include "error.hpp"
 #include "gemm_args.cuh"
+#include "mma_sync.cuh"
 
 TESSERA_BEGIN_NAMESPACE
 namespace detail {
@@ -49,11 +50,6 @@ inline constexpr bool cuda_is_fp8 =
 inline constexpr int cuda_tc_bm = 128, cuda_tc_bn = 128;
 inline constexpr int cuda_tc_threads = 256;
 inline constexpr int cuda_tc_ldc = 16 + 4;  // a warp's staging tile for one accumulator fragment
-
-// The families name WMMA's types only in device code built for sm_80+ (the kernels,
-// cuda_tc_multiply_step): mma.h declares precision::tf32 (and all of WMMA below sm_70) only when
-// compiling for architectures that have them.
-struct cuda_tf32_tag {};
 
 /// Row-major shared tiles A [128][bk + 8] and B [bk][136], for the families whose elements are
 /// at least 2 bytes: the row strides are multiples of 8 elements (WMMA wants 16-byte multiples)

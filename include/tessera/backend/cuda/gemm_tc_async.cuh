@@ -1,7 +1,9 @@
 // tessera/backend/cuda/gemm_tc_async.cuh - the tensor-core matrix product fed by a multi-stage
-// pipeline of asynchronous copies (cp.async, sm_80 and newer): the fast path of gemm_kernel<cuda>
-// for half x half, bfloat16 x bfloat16 and (under set_float32_matmul_precision(high)) float x
-// float when both operands are row- or column-major with 16-byte aligned rows.
+// pipeline of asynchronous copies (cp.async, sm_80 and newer), for half x half, bfloat16 x
+// bfloat16 and (under set_float32_matmul_precision(high)) float x float when both operands are
+// row- or column-major with 16-byte aligned rows; and the dispatch among the pipelined kernels
+// (cuda_gemm_try_async), which gives those products to the mma.sync kernel (gemm_mma.cuh) first.
+// This WMMA pipeline is its fallback and the benchmarks' point of comparison.
 //
 // Why a second kernel beside cuda_gemm_tc: that one takes any strides and any input type by
 // loading through registers, converting on the way (one k step ahead, two shared buffers). When
@@ -74,15 +76,6 @@ inline constexpr int cuda_tc_async_smem_bytes = [] {
   return stages > staging ? stages : staging;
 }();
 
-/// Rounds to tf32, in place, the elements of this thread's chunks of an [Outer x Inner] tile.
-template <int Outer, int Inner, class Cfg>
-__device__ __forceinline__ void cuda_tc_round_tile(float* tile, int ld) {
-  cuda_each_chunk<Outer, Inner, float, cuda_tc_threads>([&](int o, int i) {
-#pragma unroll
-    for (int v = 0; v < 4; ++v) tile[o * ld + i + v] = Cfg::convert(tile[o * ld + i + v]);
-  });
-}
-
 /// The pipelined tensor-core product: the same blocks, results and epilogue as cuda_gemm_tc<Cfg,
 /// TA, TB> (one 128 x 128 tile of matrix blockIdx.z per block, 8 warps of 64 x 32), for TA and
 /// TB that are Cfg's element type, A row-major (a_cs == 1) or column-major (ACol: a_rs == 1), B
@@ -132,9 +125,10 @@ __global__ void __launch_bounds__(cuda_tc_threads, 2)
           },
           [&](int64_t kt) {
             if constexpr (tf32) {  // each thread rounds what it copied, before the barrier
-              cuda_tc_round_tile<ACol ? BK : BM, ACol ? BM : BK, Cfg>(slot(kt), Tiles::lda);
-              cuda_tc_round_tile<BCol ? BN : BK, BCol ? BK : BN, Cfg>(slot(kt) + Tiles::a_elems,
-                                                                      Tiles::ldb);
+              constexpr int T = cuda_tc_threads;
+              cuda_round_tf32_copies<ACol ? BK : BM, ACol ? BM : BK, T>(slot(kt), a_at);
+              cuda_round_tf32_copies<BCol ? BN : BK, BCol ? BK : BN, T>(slot(kt) + Tiles::a_elems,
+                                                                        b_at);
             }
           },
           [&](int64_t kt) {
@@ -242,7 +236,7 @@ bool cuda_gemm_try_mma8(const gemm_problem<TA, TB, Acc, TC>& pr, cuda_gemm_args<
 }
 
 /// Runs pr on a pipelined kernel when it qualifies (cuda_tc_async_family, cuda_tc_async_fits
-/// for both operands): the mma.sync one for 16-bit inputs (gemm_mma.cuh, unless
+/// for both operands): the mma.sync one for 16-bit and tf32 inputs (gemm_mma.cuh, unless
 /// cuda_gemm_mma_enabled() is off), else the WMMA one; 8-bit integer products on the mma.sync
 /// kernel whatever their layout (cuda_gemm_try_mma8), and so fp8 x fp8 products of one format
 /// where the kernel was built for sm_89+ (elsewhere they run exactly on the fp16 tensor cores of
@@ -274,13 +268,11 @@ bool cuda_gemm_try_async(const gemm_problem<TA, TB, Acc, TC>& pr,
       return bcol ? launch(std::false_type{}, std::true_type{})
                   : launch(std::false_type{}, std::false_type{});
     };
-    if constexpr (!std::is_same_v<typename Cfg::frag, cuda_tf32_tag>) {  // half or bfloat16
-      if (cuda_gemm_mma_enabled() && by_layout([&](auto ac, auto bc) {
-            return cuda_gemm_mma_launch<typename Cfg::frag, decltype(ac)::value,
-                                        decltype(bc)::value>(grid, p, pr.batch);
-          }))
-        return true;
-    }
+    if (cuda_gemm_mma_enabled() && by_layout([&](auto ac, auto bc) {
+          return cuda_gemm_mma_launch<typename Cfg::frag, decltype(ac)::value, decltype(bc)::value>(
+              grid, p, pr.batch);
+        }))
+      return true;
     return by_layout([&](auto ac, auto bc) {
       return cuda_gemm_tc_async_launch<Cfg, TA, TB, decltype(ac)::value, decltype(bc)::value, TC>(
           grid, p, pr.batch);

@@ -1,7 +1,8 @@
 // tessera/backend/cuda/mma_sync.cuh - the warp-level tensor-core instructions below WMMA:
 // ldmatrix (shared memory to fragments, sm_75+), mma.sync m16n8k16 with 16-bit inputs and float
-// accumulation and mma.sync m16n8k32 with 8-bit integer inputs and int32 accumulation (sm_80+)
-// or fp8 inputs and float accumulation (sm_89+): what gemm_mma.cuh is built from.
+// accumulation, m16n8k8 with tf32 inputs and float accumulation, m16n8k32 with 8-bit integer
+// inputs and int32 accumulation (sm_80+) or fp8 inputs and float accumulation (sm_89+): what
+// gemm_mma.cuh is built from.
 //
 // Why raw instructions beside WMMA: their fragment layouts are specified lane by lane in the PTX
 // ISA, so a kernel can choose its shared-memory layout (an XOR swizzle, conflict-free for both
@@ -25,6 +26,12 @@
 
 TESSERA_BEGIN_NAMESPACE
 namespace detail {
+
+/// The tf32 input type of the tensor-core kernels (float bits, of which the tensor cores read
+/// the top 19). A tag rather than WMMA's type: mma.h declares precision::tf32 (and all of WMMA
+/// below sm_70) only when compiling for architectures that have them, so the families name
+/// WMMA's types only in device code built for sm_80+ (the kernels, cuda_tc_multiply_step).
+struct cuda_tf32_tag {};
 
 /// ldmatrix.sync.aligned.m8n8.x4.shared.b16 (Trans: .trans): four 8 x 8 matrices of 16-bit
 /// elements; lanes 8i .. 8i + 7 pass the addresses of matrix i's 8 rows (16 bytes each, 16-byte
@@ -72,17 +79,24 @@ __device__ __forceinline__ void cuda_ldmatrix_x4(uint32_t (&r)[4], const void* r
 ///    A(g, 4t .. 4t + 3), a[1] A(g + 8, 4t ..), a[2] A(g, 4t + 16 ..), a[3] A(g + 8, 4t + 16 ..);
 ///    b[0] B(4t .. 4t + 3, g), b[1] B(4t + 16 .., g); lower k in the lower byte; d as above. So
 ///    ldmatrix (without .trans) of k-contiguous rows feeds both forms alike.
+///  - cuda_tf32_tag (.tf32): m16n8k8, float d (sm_80+); each register one float whose low 13
+///    mantissa bits the instruction ignores (the caller rounds first). Again the same bytes: a[0]
+///    holds A(g, t), a[1] A(g + 8, t), a[2] A(g, t + 4), a[3] A(g + 8, t + 4); b[0] B(t, g),
+///    b[1] B(t + 4, g); d as above.
 template <class In, class Acc>
 __device__ __forceinline__ void cuda_mma_sync(Acc (&d)[4], const uint32_t (&a)[4],
                                               const uint32_t (&b)[2]) {
   constexpr bool f16 = std::is_same_v<In, __half>, bf16 = std::is_same_v<In, __nv_bfloat16>;
   constexpr bool s8 = std::is_same_v<In, signed char>, u8 = std::is_same_v<In, unsigned char>;
   constexpr bool e4m3 = std::is_same_v<In, float8_e4m3>, e5m2 = std::is_same_v<In, float8_e5m2>;
-  static_assert(f16 || bf16 || s8 || u8 || e4m3 || e5m2);
+  constexpr bool tf32 = std::is_same_v<In, cuda_tf32_tag>;
+  static_assert(f16 || bf16 || s8 || u8 || e4m3 || e5m2 || tf32);
   static_assert(std::is_same_v<Acc, std::conditional_t<s8 || u8, int32_t, float>>);
 #if defined(TESSERA_CUDA_HOST_EMULATION)
   if constexpr (f16 || bf16)
     tessera_cuda_emulation::mma_m16n8k16<In>(d, a, b);
+  else if constexpr (tf32)
+    tessera_cuda_emulation::mma_m16n8k8_tf32(d, a, b);
   else
     tessera_cuda_emulation::mma_m16n8k32<In>(d, a, b);
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -90,6 +104,8 @@ __device__ __forceinline__ void cuda_mma_sync(Acc (&d)[4], const uint32_t (&a)[4
     TESSERA_MMA_SYNC("m16n8k16.row.col.f32.f16.f16.f32", "+f");
   else if constexpr (bf16)
     TESSERA_MMA_SYNC("m16n8k16.row.col.f32.bf16.bf16.f32", "+f");
+  else if constexpr (tf32)
+    TESSERA_MMA_SYNC("m16n8k8.row.col.f32.tf32.tf32.f32", "+f");
   else if constexpr (s8)
     TESSERA_MMA_SYNC("m16n8k32.row.col.s32.s8.s8.s32", "+r");
   else if constexpr (u8)
