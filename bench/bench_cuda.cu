@@ -9,8 +9,10 @@
 //                                     row-major because cublasLt's fp8 wants the TN layout);
 //                                     for tf32, fp16 and bf16 squares also tessera_staged: the
 //                                     register-staged tensor-core kernel, with the cp.async
-//                                     pipelines (which tessera rows use) switched off; for tf32,
-//                                     fp16 and bf16 squares also tessera_wmma: the WMMA pipeline
+//                                     pipelines (which tessera rows use) switched off; for fp16
+//                                     and bf16 squares also tessera_mma: the mma.sync kernel where
+//                                     tessera rows run wgmma (built for sm_90a); for tf32, fp16
+//                                     and bf16 squares also tessera_wmma: the WMMA pipeline
 //                                     where tessera rows run mma.sync; for int8 and fp8 squares
 //                                     also tessera_staged (the register-staged WMMA kernel: for fp8
 //                                     the exact fp16 route, where tessera rows run fp8
@@ -250,12 +252,14 @@ void cublas_gemm(const gemm_inputs<K>& in, const DevT<typename gemm_types<K>::ou
   }
 }
 
-/// Which implementation a GEMM row times. tessera: the default kernel choice; tessera_wmma: the
+/// Which implementation a GEMM row times. tessera: the default kernel choice; tessera_mma: the
+/// mma.sync kernel where the wgmma one would run (fp16, bf16 built for sm_90a; elsewhere the
+/// same kernel as tessera); tessera_wmma: the
 /// WMMA pipeline where the mma.sync kernel would run (tf32, fp16, bf16); tessera_staged: the
 /// register-staged kernel (pipelines off); tessera_tn: the default choice with B given
 /// k-contiguous (int8: no pack before the mma.sync kernel; tf32: B's fragments by ldmatrix
 /// rather than 32-bit loads).
-enum class impl { tessera, tessera_wmma, tessera_staged, tessera_tn, cublas };
+enum class impl { tessera, tessera_mma, tessera_wmma, tessera_staged, tessera_tn, cublas };
 
 template <kind K>
 void bm_gemm(benchmark::State& st, impl who, int64_t m, int64_t k, int64_t n, double tol) {
@@ -266,13 +270,17 @@ void bm_gemm(benchmark::State& st, impl who, int64_t m, int64_t k, int64_t n, do
     // The kernel switches for this row only.
     struct kernel_scope {
       bool async = ts::detail::cuda_gemm_async_copies(), mma = ts::detail::cuda_gemm_mma_enabled();
+      bool wgmma = ts::detail::cuda_gemm_wgmma_enabled();
       explicit kernel_scope(impl who) {
+        const bool by_default = who == impl::tessera || who == impl::tessera_tn;
         ts::detail::cuda_gemm_async_copies() = who != impl::tessera_staged;
-        ts::detail::cuda_gemm_mma_enabled() = who == impl::tessera || who == impl::tessera_tn;
+        ts::detail::cuda_gemm_wgmma_enabled() = by_default;
+        ts::detail::cuda_gemm_mma_enabled() = by_default || who == impl::tessera_mma;
       }
       ~kernel_scope() {
         ts::detail::cuda_gemm_async_copies() = async;
         ts::detail::cuda_gemm_mma_enabled() = mma;
+        ts::detail::cuda_gemm_wgmma_enabled() = wgmma;
       }
     } const kernels(who);
     // tf32 is tessera's float product under matmul_precision::high (restored on the way out).
@@ -301,13 +309,16 @@ void add_gemm(const char* type, int64_t m, int64_t k, int64_t n, double tol, int
   const std::string shape = std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
   constexpr bool has_mma = K == kind::tf32 || K == kind::fp16 || K == kind::bf16;
   constexpr bool has_tn = K == kind::int8 || K == kind::tf32;
-  for (impl who :
-       {impl::tessera, impl::tessera_wmma, impl::tessera_staged, impl::tessera_tn, impl::cublas}) {
+  constexpr bool has_wgmma = K == kind::fp16 || K == kind::bf16;
+  for (impl who : {impl::tessera, impl::tessera_mma, impl::tessera_wmma, impl::tessera_staged,
+                   impl::tessera_tn, impl::cublas}) {
     if ((who == impl::tessera_staged && !variants) ||
+        (who == impl::tessera_mma && !(variants && has_wgmma)) ||
         (who == impl::tessera_wmma && !(variants && has_mma)) ||
         (who == impl::tessera_tn && !(variants && has_tn)))
       continue;
     const char* name = who == impl::tessera          ? "/tessera/"
+                       : who == impl::tessera_mma    ? "/tessera_mma/"
                        : who == impl::tessera_wmma   ? "/tessera_wmma/"
                        : who == impl::tessera_staged ? "/tessera_staged/"
                        : who == impl::tessera_tn     ? "/tessera_tn/"

@@ -47,16 +47,18 @@ def fmt(x, spec=".1f"):
 def gemm_table(rows, out, verdicts):
     pairs = defaultdict(dict)  # (type, shape) -> impl -> row
     for name, r in rows.items():
-        m = re.match(r"gemm_(\w+)/(tessera_staged|tessera_wmma|tessera_tn|tessera|cublas)/(\S+)$", name)
+        m = re.match(r"gemm_(\w+)/(tessera_staged|tessera_mma|tessera_wmma|tessera_tn|tessera|cublas)/(\S+)$", name)
         if m:
             pairs[(m.group(1), m.group(3))][m.group(2)] = r
+    # tessera_mma: the mma.sync kernel where wgmma runs by default (fp16, bf16 built for sm_90a);
     # tessera_wmma: the WMMA pipeline where mma.sync runs by default (tf32, fp16, bf16);
     # tessera_staged: the register-staged tensor-core kernel (pipelines off); tessera_tn: B given
     # k-contiguous (int8: no pack before the mma.sync kernel; tf32: ldmatrix rather than 32-bit
     # loads for B's fragments); each when run.
     out.append("| GEMM | m x k x n | tessera TFLOP/s | cuBLAS TFLOP/s | tessera / cuBLAS | rel_err "
-               "| WMMA pipeline TFLOP/s | register-staged TFLOP/s | B k-contiguous TFLOP/s |")
-    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+               "| mma.sync TFLOP/s | WMMA pipeline TFLOP/s | register-staged TFLOP/s "
+               "| B k-contiguous TFLOP/s |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for (typ, shape), impl in sorted(pairs.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         t, c = impl.get("tessera"), impl.get("cublas")
         tm, cm = median(t), median(c)
@@ -65,6 +67,7 @@ def gemm_table(rows, out, verdicts):
         note = f" ({t.get('error_message')})" if t and t.get("error_occurred") else ""
         out.append(f"| {typ} | {shape} | {fmt(t and t.get('TFLOP/s'))}{note} | "
                    f"{fmt(c and c.get('TFLOP/s'))} | {fmt(ratio, '.2f')} | {fmt(err, '.1e')} | "
+                   f"{fmt(impl.get('tessera_mma') and impl['tessera_mma'].get('TFLOP/s'))} | "
                    f"{fmt(impl.get('tessera_wmma') and impl['tessera_wmma'].get('TFLOP/s'))} | "
                    f"{fmt(impl.get('tessera_staged') and impl['tessera_staged'].get('TFLOP/s'))} | "
                    f"{fmt(impl.get('tessera_tn') and impl['tessera_tn'].get('TFLOP/s'))} |")

@@ -210,9 +210,10 @@ TEST_F(CudaGemmTf32, RandomInputsAgreeWithTf32RoundedInputs) {
 }
 
 // The pipelined kernels: for half, bfloat16 and (tf32) float operands that are row- or
-// column-major with 16-byte aligned rows, the mma.sync kernel (gemm_mma.cuh, swizzled tiles read
-// by ldmatrix, or by 32-bit loads for tf32 operands with m or n contiguous) and the WMMA
-// pipeline (gemm_tc_async.cuh). Small
+// column-major with 16-byte aligned rows, the wgmma kernel (gemm_wgmma.cuh: 16-bit inputs, where
+// built for sm_90a; the host emulation models it), the mma.sync kernel (gemm_mma.cuh, swizzled
+// tiles read by ldmatrix, or by 32-bit loads for tf32 operands with m or n contiguous) and the
+// WMMA pipeline (gemm_tc_async.cuh). Small
 // integers, so every kernel's result must equal the CPU's bit for bit, the register-staged
 // kernel's too (pipelines switched off). Every case also checks which kernel ran.
 template <class T>
@@ -222,6 +223,7 @@ class CudaGemmPipeline : public CudaGemmTf32 {  // float: tf32 tensor cores
     CudaGemmTf32::TearDown();
     ts::detail::cuda_gemm_async_copies() = true;
     ts::detail::cuda_gemm_mma_enabled() = true;
+    ts::detail::cuda_gemm_wgmma_enabled() = true;
   }
   /// Whether this build runs T x T on the tensor cores (else none of the kernels below runs).
   static bool tensor_cores() {
@@ -229,23 +231,36 @@ class CudaGemmPipeline : public CudaGemmTf32 {  // float: tf32 tensor cores
     using Cfg = typename d::cuda_tc_select<T, T, float>::type;
     return d::cuda_built_for(d::cuda_gemm_tc<Cfg, T, T>, 80);
   }
-  enum class kernel { mma, wmma_pipeline, register_staged };
+  enum class kernel { wgmma, mma, wmma_pipeline, register_staged };
   /// op (one product on device tensors) against the CPU on each kernel that can take T x T;
   /// `pipelined`: whether the operands qualify for the pipelines.
   template <class Op, class... X>
   void expect_every_kernel(const std::string& what, bool pipelined, Op op, const X&... xs) {
     namespace d = ts::detail;
-    for (const kernel k : {kernel::mma, kernel::wmma_pipeline, kernel::register_staged}) {
+    // wgmma: 16-bit inputs only, and only where built for sm_90a; elsewhere that pass runs the
+    // mma.sync kernel.
+    constexpr bool has_wgmma = !std::is_same_v<T, float>;
+    const bool wgmma_built = has_wgmma && tensor_cores() && d::cuda_wgmma_built();
+    for (const kernel k :
+         {kernel::wgmma, kernel::mma, kernel::wmma_pipeline, kernel::register_staged}) {
+      if (k == kernel::wgmma && !has_wgmma) continue;
       d::cuda_gemm_async_copies() = k != kernel::register_staged;
-      d::cuda_gemm_mma_enabled() = k == kernel::mma;
+      d::cuda_gemm_wgmma_enabled() = k == kernel::wgmma;
+      d::cuda_gemm_mma_enabled() = k == kernel::wgmma || k == kernel::mma;
+      const int64_t wgmma_before = d::cuda_gemm_wgmma_launches().load();
       const int64_t mma_before = d::cuda_gemm_mma_launches().load();
       const int64_t wmma_before = d::cuda_gemm_async_launches().load();
-      const char* name = k == kernel::mma             ? " (mma.sync)"
+      const char* name = k == kernel::wgmma           ? " (wgmma)"
+                         : k == kernel::mma           ? " (mma.sync)"
                          : k == kernel::wmma_pipeline ? " (WMMA pipeline)"
                                                       : " (register-staged)";
       expect_same(what + name, 0, 0, op, xs...);
       const bool on = pipelined && tensor_cores();
-      EXPECT_EQ(d::cuda_gemm_mma_launches().load() > mma_before, on && k == kernel::mma)
+      const bool wgmma_runs = on && k == kernel::wgmma && wgmma_built;
+      EXPECT_EQ(d::cuda_gemm_wgmma_launches().load() > wgmma_before, wgmma_runs)
+          << what << name << ": which kernel ran";
+      EXPECT_EQ(d::cuda_gemm_mma_launches().load() > mma_before,
+                on && (k == kernel::mma || (k == kernel::wgmma && !wgmma_built)))
           << what << name << ": which kernel ran";
       EXPECT_EQ(d::cuda_gemm_async_launches().load() > wmma_before,
                 on && k == kernel::wmma_pipeline)
@@ -506,6 +521,10 @@ TEST(CudaMmaTiles, SwizzlesArePermutationsOfChunksWithoutBankConflicts) {
         return d::cuda_mma_b_frag_at<true, 16>(lane, m, kk);
       });
     }
+  // wgmma's 128-byte swizzled tiles (gemm_wgmma.cuh): whole chunks, conflict-free copies. The
+  // reads are the tensor cores' own, from the canonical layouts the descriptors name.
+  expect_swizzle_ok<d::cuda_wgmma_k_major>("wgmma k-major [128][64]", 128, 64);
+  expect_swizzle_ok<d::cuda_wgmma_mn_major>("wgmma mn-major [64][128]", 64, 128);
   // tf32: ldmatrix from the k-major tiles, 32-bit loads from the mn-major ones, where each of
   // the four loads of a fragment must find the 32 lanes' floats in 32 different banks.
   expect_swizzle_ok<d::cuda_mma_k_major<4>, 4>("tf32 k-major [128][16]", 128, 16);

@@ -297,6 +297,13 @@ inline size_t dynamic_smem_limit(const void* kernel, const size_t* bytes = nullp
 
 /// The running block's dynamic shared memory.
 inline thread_local unsigned char* dynamic_smem = nullptr;
+inline thread_local size_t dynamic_smem_bytes = 0;  // how many bytes the launch asked for
+
+/// The shared-memory address of p (what __cvta_generic_to_shared gives on a GPU): its offset in
+/// the running block's dynamic shared memory, the only shared memory whose address kernels take.
+inline uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(static_cast<const unsigned char*>(p) - dynamic_smem);
+}
 
 /// Runs body (the kernel call) for every thread of grid x block, blocks in order, and records
 /// launch errors in the host thread's error slot like the runtime. `kernel` identifies the kernel
@@ -326,10 +333,13 @@ inline void launch(const char* what, dim3 grid, dim3 block, const std::function<
       return;
     }
   }
-  std::vector<unsigned char> smem(smem_bytes + 128);
+  // 1024-byte aligned, so that shared addresses (offsets from here, smem_address) have the
+  // alignment of the pointers, as in a GPU's shared window (wgmma's swizzle atoms rely on it).
+  std::vector<unsigned char> smem(smem_bytes + 1024);
   unsigned char* const smem_base =
-      smem.data() + (128 - reinterpret_cast<uintptr_t>(smem.data()) % 128) % 128;
+      smem.data() + (1024 - reinterpret_cast<uintptr_t>(smem.data()) % 1024) % 1024;
   dynamic_smem = smem_base;
+  dynamic_smem_bytes = smem_bytes;
   static std::vector<fiber> fibers(1024);
   block_run r;
   r.fibers = &fibers;

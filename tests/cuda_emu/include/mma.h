@@ -13,7 +13,9 @@
 //
 // Below WMMA, the raw mma.sync of tessera's mma_sync.cuh (16-bit, tf32, 8-bit integer and fp8
 // inputs): warp collectives whose fragment layouts are modelled lane by lane
-// (tessera_cuda_emulation::mma_m16n8k16, mma_m16n8k8_tf32, mma_m16n8k32).
+// (tessera_cuda_emulation::mma_m16n8k16, mma_m16n8k8_tf32, mma_m16n8k32); and Hopper's
+// wgmma.mma_async with both operands in shared memory (wgmma_m64nNk16), whose descriptors and
+// swizzled layouts are decoded as the PTX ISA specifies.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -269,6 +271,68 @@ void mma_m16n8k32(D (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
     }
     d[r] = static_cast<D>(s);
   }
+}
+
+/// wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{f16,bf16} with both operands in shared memory,
+/// scale-d true: d += A (64 x 16) B (16 x n) for the calling thread's share of the warpgroup's
+/// accumulators (thread L of the warpgroup, warp w = L / 32, g = L % 32 / 4, t = L % 4, holds
+/// D(16 w + g, 8 j + 2 t + c) in d[4 j + c] and D(16 w + g + 8, ..) in d[4 j + 2 + c]). The
+/// operands are read where the descriptors say, as the PTX ISA defines the canonical layouts in
+/// the 128-byte swizzle mode (the only mode tessera uses; any other aborts): element (o, k) of an
+/// operand (o its row of A or column of B) lies at
+///  - k-major (no transpose): start + (o / 8) sbo + (o % 8) 128 + 2 k,
+///  - m/n-major (transposed): start + (o / 64) lbo + (k / 8) sbo + (k % 8) 128 + 2 (o % 64),
+/// with the 16-byte chunk bits of the address (4-6) XORed with its bits 7-9. The instruction is
+/// asynchronous on a GPU; here it completes at once, so the kernel's waits are not checked.
+template <class In>
+void wgmma_m64nNk16(float* d, int n, uint64_t desc_a, uint64_t desc_b, bool trans_a, bool trans_b) {
+  struct descriptor {
+    uint32_t start, lbo, sbo;
+  };
+  const auto decode = [](uint64_t x, const char* which) {
+    if (x >> 62 != 1 || (x >> 49 & 7) != 0) {
+      std::fprintf(stderr,
+                   "tessera cuda emulation: wgmma %s descriptor %#llx: only the 128-byte swizzle "
+                   "with base offset 0 is modelled\n",
+                   which, static_cast<unsigned long long>(x));
+      std::abort();
+    }
+    return descriptor{static_cast<uint32_t>(x & 0x3fff) << 4,
+                      static_cast<uint32_t>(x >> 16 & 0x3fff) << 4,
+                      static_cast<uint32_t>(x >> 32 & 0x3fff) << 4};
+  };
+  const descriptor da = decode(desc_a, "A"), db = decode(desc_b, "B");
+  const auto element = [](const descriptor& dd, int o, int k, bool mn_major) {
+    uint32_t at =
+        mn_major ? dd.start + (o / 64) * dd.lbo + (k / 8) * dd.sbo + (k % 8) * 128 + (o % 64) * 2
+                 : dd.start + (o / 8) * dd.sbo + (o % 8) * 128 + k * 2;
+    at ^= (at >> 7 & 7) << 4;
+    if (at + 2 > dynamic_smem_bytes) {
+      std::fprintf(stderr,
+                   "tessera cuda emulation: wgmma reads shared byte %u of the %zu the launch "
+                   "asked for\n",
+                   at, dynamic_smem_bytes);
+      std::abort();
+    }
+    uint16_t bits;
+    std::memcpy(&bits, dynamic_smem + at, 2);
+    if constexpr (std::is_same_v<In, __half>)
+      return static_cast<float>(tessera::half::from_bits(bits));
+    else
+      return static_cast<float>(tessera::bfloat16::from_bits(bits));
+  };
+  if (blockDim.y != 1 || blockDim.z != 1 || blockDim.x % 128 != 0) {
+    std::fprintf(stderr, "tessera cuda emulation: wgmma in a block that is not whole warpgroups\n");
+    std::abort();
+  }
+  const int l = static_cast<int>(threadIdx.x % 128), w = l / 32, g = l % 32 / 4, t = l % 4;
+  for (int j = 0; j < n / 8; ++j)
+    for (int r = 0; r < 4; ++r) {
+      const int row = 16 * w + g + (r >= 2 ? 8 : 0), col = 8 * j + 2 * t + r % 2;
+      float s = d[4 * j + r];
+      for (int k = 0; k < 16; ++k) s += element(da, row, k, trans_a) * element(db, col, k, trans_b);
+      d[4 * j + r] = s;
+    }
 }
 
 }  // namespace tessera_cuda_emulation

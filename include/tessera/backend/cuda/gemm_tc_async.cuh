@@ -43,6 +43,7 @@
 #include "gemm_mma.cuh"
 #include "gemm_pack.cuh"
 #include "gemm_tc.cuh"
+#include "gemm_wgmma.cuh"
 #include "launch.hpp"
 
 TESSERA_BEGIN_NAMESPACE
@@ -236,11 +237,12 @@ bool cuda_gemm_try_mma8(const gemm_problem<TA, TB, Acc, TC>& pr, cuda_gemm_args<
 }
 
 /// Runs pr on a pipelined kernel when it qualifies (cuda_tc_async_family, cuda_tc_async_fits
-/// for both operands): the mma.sync one for 16-bit and tf32 inputs (gemm_mma.cuh, unless
-/// cuda_gemm_mma_enabled() is off), else the WMMA one; 8-bit integer products on the mma.sync
-/// kernel whatever their layout (cuda_gemm_try_mma8), and so fp8 x fp8 products of one format
-/// where the kernel was built for sm_89+ (elsewhere they run exactly on the fp16 tensor cores of
-/// the register-staged kernel). False when none runs it.
+/// for both operands): for 16-bit inputs the wgmma one where built for sm_90a (gemm_wgmma.cuh,
+/// unless cuda_gemm_wgmma_enabled() is off), then for 16-bit and tf32 inputs the mma.sync one
+/// (gemm_mma.cuh, unless cuda_gemm_mma_enabled() is off), else the WMMA one; 8-bit integer products
+/// on the mma.sync kernel whatever their layout (cuda_gemm_try_mma8), and so fp8 x fp8 products of
+/// one format where the kernel was built for sm_89+ (elsewhere they run exactly on the fp16 tensor
+/// cores of the register-staged kernel). False when none runs it.
 template <class Cfg, class TA, class TB, class Acc, class TC>
 bool cuda_gemm_try_async(const gemm_problem<TA, TB, Acc, TC>& pr,
                          const cuda_gemm_args<TA, TB, Acc, TC>& p, dim3 grid) {
@@ -268,6 +270,14 @@ bool cuda_gemm_try_async(const gemm_problem<TA, TB, Acc, TC>& pr,
       return bcol ? launch(std::false_type{}, std::true_type{})
                   : launch(std::false_type{}, std::false_type{});
     };
+    using In = typename Cfg::frag;
+    if constexpr (!std::is_same_v<In, cuda_tf32_tag>) {  // half, bfloat16: wgmma on sm_90a
+      if (by_layout([&](auto ac, auto bc) {
+            return cuda_gemm_wgmma_launch<In, decltype(ac)::value, decltype(bc)::value>(grid, p,
+                                                                                        pr.batch);
+          }))
+        return true;
+    }
     if (cuda_gemm_mma_enabled() && by_layout([&](auto ac, auto bc) {
           return cuda_gemm_mma_launch<typename Cfg::frag, decltype(ac)::value, decltype(bc)::value>(
               grid, p, pr.batch);

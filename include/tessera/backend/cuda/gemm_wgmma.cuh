@@ -1,0 +1,217 @@
+// tessera/backend/cuda/gemm_wgmma.cuh - the 16-bit tensor-core matrix product on Hopper's
+// warpgroup instructions (wgmma.mma_async, device code built for sm_90a): half x half and
+// bfloat16 x bfloat16 with float accumulation, for the operands the cp.async pipelines take (row-
+// or column-major, 16-byte aligned rows). Where it is built and the device runs it
+// (cuda_wgmma_built), the dispatch gives those products to it before the mma.sync kernel.
+//
+// The kernel: 128 x 128 output tiles, 256 threads = 2 warpgroups of 64 x 128 outputs (64 float
+// accumulators per thread); k in stages of 64 through the same cp.async pipeline as the other
+// pipelined kernels (cuda_pipelined_k_loop: four slots, one barrier per step, partial edge
+// chunks zeroed). What differs from the mma.sync kernel:
+//  - No fragments in registers: each warpgroup issues 4 wgmma m64n128k16 per stage, whose
+//    operands the tensor cores read from shared memory through descriptors. The tiles must be
+//    in a canonical layout: here the 128-byte swizzled ones, in which a 128-byte row of 8
+//    chunks is stored with chunk c at c ^ (row % 8) within 1024-byte atoms of 8 rows (the
+//    hardware applies the XOR to address bits 4-6 from bits 7-9, so atoms must be 1024-byte
+//    aligned). Both layouts of both operands are canonical (k-contiguous, or m / n-contiguous
+//    with the instruction's transpose bit), so no operand is packed.
+//  - The cp.async copies are writes of the generic proxy and wgmma reads through the async
+//    proxy: each thread fences (fence.proxy.async) after its wait and before the barrier.
+//  - Each stage's wgmma are waited for (wait_group 0) before the next barrier, because the step
+//    after next overwrites that slot; keeping one group in flight needs the copies one slot
+//    further ahead (docs/perf/cuda_gemm.md, "wgmma").
+// Not yet: TMA (cp.async.bulk.tensor) for the copies, warp-specialised producers, clusters.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+
+#include "async_copy.cuh"
+#include "error.hpp"
+#include "gemm_args.cuh"
+#include "gemm_tc.cuh"
+#include "launch.hpp"
+#include "memory.hpp"
+#include "wgmma.cuh"
+
+TESSERA_BEGIN_NAMESPACE
+namespace detail {
+
+inline constexpr int cuda_wgmma_threads = 256;  // 2 warpgroups, 64 x 128 outputs each
+inline constexpr int cuda_wgmma_stages = 4;
+inline constexpr int cuda_wgmma_bk = 64;  // k per stage: one 128-byte row of 16-bit elements
+inline constexpr int cuda_wgmma_tile = cuda_tc_bm * cuda_wgmma_bk;  // elements, operand, stage
+inline constexpr int cuda_wgmma_atom = 1024;  // bytes: 8 rows of 128, the swizzle's period
+/// The stages, and room to align them to an atom.
+inline constexpr int cuda_wgmma_smem_bytes =
+    cuda_wgmma_stages * 2 * cuda_wgmma_tile * 2 + cuda_wgmma_atom;
+
+/// A stage's tile with k contiguous (A row-major, B column-major), 16-bit elements: [128][64],
+/// 128-byte rows; chunk c of row o is stored at c ^ (o % 8). In descriptor terms: 8-row groups
+/// 1024 bytes apart (the stride byte offset), k within a row (no leading byte offset).
+struct cuda_wgmma_k_major {
+  __host__ __device__ static int at(int o, int k) {
+    return o * 64 + (((k >> 3) ^ (o & 7)) << 3) + (k & 7);
+  }
+};
+
+/// A stage's tile with m or n contiguous (A column-major, B row-major), 16-bit elements: two
+/// atoms columns of 64 elements, each [64 k][64] with 128-byte rows, chunk c of row k at
+/// c ^ (k % 8). In descriptor terms: 8-row groups of k 1024 bytes apart (stride byte offset),
+/// the second 64 columns 8192 bytes on (leading byte offset).
+struct cuda_wgmma_mn_major {
+  static constexpr int column_bytes = cuda_wgmma_bk * 128;  // one 64-wide column of atoms
+  __host__ __device__ static int at(int k, int o) {
+    return (o >> 6) * (column_bytes / 2) + k * 64 + ((((o & 63) >> 3) ^ (k & 7)) << 3) + (o & 7);
+  }
+};
+
+/// The descriptor of A's k step s (16 of k) for warpgroup wg (rows 64 wg .. 64 wg + 63) in the
+/// stage tile at shared address tile (ACol: m-contiguous).
+template <bool ACol>
+__host__ __device__ __forceinline__ uint64_t cuda_wgmma_a_desc(uint32_t tile, int wg, int s) {
+  if constexpr (ACol)  // the warpgroup's 64 rows are one atom column; k steps 2 atoms down
+    return cuda_wgmma_desc(tile + wg * cuda_wgmma_mn_major::column_bytes + s * 2 * cuda_wgmma_atom,
+                           cuda_wgmma_mn_major::column_bytes, cuda_wgmma_atom);
+  else  // 64 rows of 128 bytes in; k steps 32 bytes along the row (the swizzle is the hardware's)
+    return cuda_wgmma_desc(tile + wg * 64 * 128 + s * 32, 16, cuda_wgmma_atom);
+}
+
+/// The descriptor of B's k step s (all 128 columns) in the stage tile at shared address tile
+/// (BCol: k-contiguous).
+template <bool BCol>
+__host__ __device__ __forceinline__ uint64_t cuda_wgmma_b_desc(uint32_t tile, int s) {
+  if constexpr (BCol)
+    return cuda_wgmma_desc(tile + s * 32, 16, cuda_wgmma_atom);
+  else
+    return cuda_wgmma_desc(tile + s * 2 * cuda_wgmma_atom, cuda_wgmma_mn_major::column_bytes,
+                           cuda_wgmma_atom);
+}
+
+/// One 128 x 128 tile of matrix blockIdx.z per block on wgmma, In = __half or __nv_bfloat16
+/// inputs (TA, TB of the same size), A row-major (a_cs == 1) or column-major (ACol), B likewise,
+/// rows and batch matrices 16-byte aligned (cuda_tc_async_fits). Results as cuda_gemm_tc's, up
+/// to the order of float additions within one instruction's k.
+template <class In, class TA, class TB, bool ACol, bool BCol, class TC>
+__global__ void __launch_bounds__(cuda_wgmma_threads, 1)
+    cuda_gemm_wgmma(cuda_gemm_args<TA, TB, float, TC> p, int64_t batch) {
+#if !TESSERA_CUDA_WGMMA
+  (void)p, (void)batch;  // launched only where cuda_wgmma_built() holds
+  __trap();
+#else
+  using E = std::uint16_t;
+  static_assert(sizeof(TA) == 2 && sizeof(TB) == 2);
+  using ATile = std::conditional_t<ACol, cuda_wgmma_mn_major, cuda_wgmma_k_major>;
+  using BTile = std::conditional_t<BCol, cuda_wgmma_k_major, cuda_wgmma_mn_major>;
+  constexpr int BM = cuda_tc_bm, BN = cuda_tc_bn, BK = cuda_wgmma_bk, S = cuda_wgmma_stages;
+  constexpr int T = cuda_wgmma_threads, tile = cuda_wgmma_tile;
+  unsigned char* const raw = cuda_dynamic_smem();
+  const uint32_t raw_address = cuda_smem_address(raw);
+  const uint32_t pad = (cuda_wgmma_atom - raw_address % cuda_wgmma_atom) % cuda_wgmma_atom;
+  E* const smem = reinterpret_cast<E*>(raw + pad);  // atom-aligned stages
+  const uint32_t smem_address = raw_address + pad;
+  const int wg = static_cast<int>(threadIdx.x) / 128, l = static_cast<int>(threadIdx.x) % 128;
+  const int64_t m0 = int64_t{blockIdx.y} * BM, n0 = int64_t{blockIdx.x} * BN;
+  const int64_t lda = ACol ? p.a_cs : p.a_rs, ldb = BCol ? p.b_cs : p.b_rs;  // global
+  const int64_t steps = (p.k + BK - 1) / BK;
+  for (int64_t z = blockIdx.z; z < batch; z += gridDim.z) {
+    const E* a = reinterpret_cast<const E*>(p.a + cuda_batch_offset(p.a_off, p.a_bs, z));
+    const E* b = reinterpret_cast<const E*>(p.b + cuda_batch_offset(p.b_off, p.b_bs, z));
+    TC* c = p.c + cuda_batch_offset(p.c_off, p.c_bs, z);
+    const auto a_at = [](int o, int i) { return ATile::at(o, i); };
+    const auto b_at = [](int o, int i) { return BTile::at(o, i); };
+    const auto slot = [&](int64_t kt) { return static_cast<int>(kt % S) * 2 * tile; };  // A, B
+    float acc[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+
+    if (p.alpha != 0.0f)
+      cuda_pipelined_k_loop<S>(
+          steps,
+          [&](int64_t kt) {
+            E* const as = smem + slot(kt);
+            cuda_copy_gemm_step<BM, BN, BK, T, ACol, BCol>(as, a_at, as + tile, b_at, a, lda, b,
+                                                           ldb, m0, n0, kt * BK, p.m, p.n, p.k);
+          },
+          [](int64_t) { cuda_fence_proxy_async(); },  // this thread's copies, to wgmma's proxy
+          [&](int64_t kt) {
+            const uint32_t as = smem_address + static_cast<uint32_t>(slot(kt)) * 2;
+            const uint32_t bs = as + tile * 2;
+            cuda_wgmma_fence();
+#pragma unroll
+            for (int s = 0; s < BK / 16; ++s)
+              cuda_wgmma_m64n128k16<In, ACol, !BCol>(acc, cuda_wgmma_a_desc<ACol>(as, wg, s),
+                                                     cuda_wgmma_b_desc<BCol>(bs, s));
+            cuda_wgmma_commit();
+            cuda_wgmma_wait<0>();  // the slot is rewritten the step after next
+          });
+    // Epilogue from the registers (cuda_wgmma_m64n128k16's layout).
+    const int64_t r0 = m0 + 64 * wg + 16 * (l / 32) + l % 32 / 4, c0 = n0 + l % 4 * 2;
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int64_t gi = r0 + (r >> 1) * 8, gj = c0 + 8 * j + (r & 1);
+        if (gi < p.m && gj < p.n) cuda_gemm_store(p, c, gi, gj, acc[4 * j + r]);
+      }
+    __syncthreads();  // every warpgroup is done with the stages before the next matrix's copies
+  }
+#endif
+}
+
+/// Writes whether this device code has wgmma. A template only so that the header may define it
+/// in every translation unit.
+template <int = 0>
+__global__ void cuda_wgmma_probe(int* built) {
+  *built = TESSERA_CUDA_WGMMA;
+}
+
+/// Whether the code that runs on the current device has wgmma (built for sm_90a, the device an
+/// sm_90 one). Asked of the device once per process (like the other kernel choices) by a
+/// one-thread kernel: cudaFuncGetAttributes reports 90 for sm_90 and sm_90a code alike.
+inline bool cuda_wgmma_built() {
+  static const bool built = [] {
+    cuda_scratch flag(sizeof(int));
+    int* const f = static_cast<int*>(flag.get());
+    cuda_launch("cuda_wgmma_probe", cuda_wgmma_probe<>, dim3(1), dim3(1), f);
+    int host = 0;
+    TESSERA_CUDA_CHECK(cudaMemcpy(&host, f, sizeof host, cudaMemcpyDeviceToHost));
+    return host != 0;
+  }();
+  return built;
+}
+
+/// Whether the wgmma kernel takes the products it qualifies for (default true). Tests and
+/// benchmarks set it to false to run the mma.sync kernel on the same inputs.
+inline bool& cuda_gemm_wgmma_enabled() {
+  static bool enabled = true;
+  return enabled;
+}
+
+/// How many products this process has run on the wgmma kernel.
+inline std::atomic<int64_t>& cuda_gemm_wgmma_launches() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+
+/// Launches cuda_gemm_wgmma for one layout pair; false when switched off, not built for sm_90a,
+/// or the device refuses its shared memory.
+template <class In, bool ACol, bool BCol, class TA, class TB, class TC>
+bool cuda_gemm_wgmma_launch(dim3 grid, const cuda_gemm_args<TA, TB, float, TC>& p, int64_t batch) {
+  if (!cuda_gemm_wgmma_enabled() || !cuda_wgmma_built()) return false;
+  const auto kernel = cuda_gemm_wgmma<In, TA, TB, ACol, BCol, TC>;
+  static const bool allowed = cuda_allow_smem(kernel, cuda_wgmma_smem_bytes);
+  if (!allowed) return false;
+  cuda_launch_smem("cuda_gemm_wgmma", kernel, grid, dim3(cuda_wgmma_threads),
+                   static_cast<size_t>(cuda_wgmma_smem_bytes), p, batch);
+  cuda_gemm_wgmma_launches().fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+}  // namespace detail
+TESSERA_END_NAMESPACE
