@@ -2,8 +2,9 @@
 // pipeline of asynchronous copies (cp.async, sm_80 and newer), for half x half, bfloat16 x
 // bfloat16 and (under set_float32_matmul_precision(high)) float x float when both operands are
 // row- or column-major with 16-byte aligned rows; and the dispatch among the pipelined kernels
-// (cuda_gemm_try_async), which gives those products to the mma.sync kernel (gemm_mma.cuh) first.
-// This WMMA pipeline is its fallback and the benchmarks' point of comparison.
+// (cuda_gemm_try_async), which gives those products to the wgmma kernel (gemm_wgmma.cuh, 16-bit
+// inputs where built for sm_90a) first, then to the mma.sync kernel (gemm_mma.cuh). This WMMA
+// pipeline is their fallback and the benchmarks' point of comparison.
 //
 // Why a second kernel beside cuda_gemm_tc: that one takes any strides and any input type by
 // loading through registers, converting on the way (one k step ahead, two shared buffers). When
@@ -279,8 +280,8 @@ bool cuda_gemm_try_async(const gemm_problem<TA, TB, Acc, TC>& pr,
         return true;
     }
     if (cuda_gemm_mma_enabled() && by_layout([&](auto ac, auto bc) {
-          return cuda_gemm_mma_launch<typename Cfg::frag, decltype(ac)::value, decltype(bc)::value>(
-              grid, p, pr.batch);
+          return cuda_gemm_mma_launch<In, decltype(ac)::value, decltype(bc)::value>(grid, p,
+                                                                                    pr.batch);
         }))
       return true;
     return by_layout([&](auto ac, auto bc) {
