@@ -269,19 +269,14 @@ void bm_gemm(benchmark::State& st, impl who, int64_t m, int64_t k, int64_t n, do
   if (who != impl::cublas) {
     // The kernel switches for this row only.
     struct kernel_scope {
-      bool async = ts::detail::cuda_gemm_async_copies(), mma = ts::detail::cuda_gemm_mma_enabled();
-      bool wgmma = ts::detail::cuda_gemm_wgmma_enabled();
+      using pipeline = ts::detail::cuda_gemm_pipeline;
       explicit kernel_scope(impl who) {
-        const bool by_default = who == impl::tessera || who == impl::tessera_tn;
-        ts::detail::cuda_gemm_async_copies() = who != impl::tessera_staged;
-        ts::detail::cuda_gemm_wgmma_enabled() = by_default;
-        ts::detail::cuda_gemm_mma_enabled() = by_default || who == impl::tessera_mma;
+        ts::detail::cuda_gemm_start_at(who == impl::tessera_mma      ? pipeline::mma_sync
+                                       : who == impl::tessera_wmma   ? pipeline::wmma
+                                       : who == impl::tessera_staged ? pipeline::none
+                                                                     : pipeline::wgmma);
       }
-      ~kernel_scope() {
-        ts::detail::cuda_gemm_async_copies() = async;
-        ts::detail::cuda_gemm_mma_enabled() = mma;
-        ts::detail::cuda_gemm_wgmma_enabled() = wgmma;
-      }
+      ~kernel_scope() { ts::detail::cuda_gemm_start_at(pipeline::wgmma); }
     } const kernels(who);
     // tf32 is tessera's float product under matmul_precision::high (restored on the way out).
     const precision_scope scope(K == kind::tf32 ? ts::matmul_precision::high

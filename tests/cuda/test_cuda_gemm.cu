@@ -221,9 +221,7 @@ class CudaGemmPipeline : public CudaGemmTf32 {  // float: tf32 tensor cores
  protected:
   void TearDown() override {
     CudaGemmTf32::TearDown();
-    ts::detail::cuda_gemm_async_copies() = true;
-    ts::detail::cuda_gemm_mma_enabled() = true;
-    ts::detail::cuda_gemm_wgmma_enabled() = true;
+    ts::detail::cuda_gemm_start_at(ts::detail::cuda_gemm_pipeline::wgmma);
   }
   /// Whether this build runs T x T on the tensor cores (else none of the kernels below runs).
   static bool tensor_cores() {
@@ -231,7 +229,6 @@ class CudaGemmPipeline : public CudaGemmTf32 {  // float: tf32 tensor cores
     using Cfg = typename d::cuda_tc_select<T, T, float>::type;
     return d::cuda_built_for(d::cuda_gemm_tc<Cfg, T, T>, 80);
   }
-  enum class kernel { wgmma, mma, wmma_pipeline, register_staged };
   /// op (one product on device tensors) against the CPU on each kernel that can take T x T;
   /// `pipelined`: whether the operands qualify for the pipelines.
   template <class Op, class... X>
@@ -241,29 +238,27 @@ class CudaGemmPipeline : public CudaGemmTf32 {  // float: tf32 tensor cores
     // mma.sync kernel.
     constexpr bool has_wgmma = !std::is_same_v<T, float>;
     const bool wgmma_built = has_wgmma && tensor_cores() && d::cuda_wgmma_built();
-    for (const kernel k :
-         {kernel::wgmma, kernel::mma, kernel::wmma_pipeline, kernel::register_staged}) {
+    using kernel = d::cuda_gemm_pipeline;  // none: the register-staged kernel
+    const auto launches = [](kernel k) { return d::cuda_gemm_choice(k).launches.load(); };
+    for (const kernel k : {kernel::wgmma, kernel::mma_sync, kernel::wmma, kernel::none}) {
       if (k == kernel::wgmma && !has_wgmma) continue;
-      d::cuda_gemm_async_copies() = k != kernel::register_staged;
-      d::cuda_gemm_wgmma_enabled() = k == kernel::wgmma;
-      d::cuda_gemm_mma_enabled() = k == kernel::wgmma || k == kernel::mma;
-      const int64_t wgmma_before = d::cuda_gemm_wgmma_launches().load();
-      const int64_t mma_before = d::cuda_gemm_mma_launches().load();
-      const int64_t wmma_before = d::cuda_gemm_async_launches().load();
-      const char* name = k == kernel::wgmma           ? " (wgmma)"
-                         : k == kernel::mma           ? " (mma.sync)"
-                         : k == kernel::wmma_pipeline ? " (WMMA pipeline)"
-                                                      : " (register-staged)";
+      d::cuda_gemm_start_at(k);
+      const int64_t wgmma_before = launches(kernel::wgmma);
+      const int64_t mma_before = launches(kernel::mma_sync);
+      const int64_t wmma_before = launches(kernel::wmma);
+      const char* name = k == kernel::wgmma      ? " (wgmma)"
+                         : k == kernel::mma_sync ? " (mma.sync)"
+                         : k == kernel::wmma     ? " (WMMA pipeline)"
+                                                 : " (register-staged)";
       expect_same(what + name, 0, 0, op, xs...);
       const bool on = pipelined && tensor_cores();
       const bool wgmma_runs = on && k == kernel::wgmma && wgmma_built;
-      EXPECT_EQ(d::cuda_gemm_wgmma_launches().load() > wgmma_before, wgmma_runs)
+      EXPECT_EQ(launches(kernel::wgmma) > wgmma_before, wgmma_runs)
           << what << name << ": which kernel ran";
-      EXPECT_EQ(d::cuda_gemm_mma_launches().load() > mma_before,
-                on && (k == kernel::mma || (k == kernel::wgmma && !wgmma_built)))
+      EXPECT_EQ(launches(kernel::mma_sync) > mma_before,
+                on && (k == kernel::mma_sync || (k == kernel::wgmma && !wgmma_built)))
           << what << name << ": which kernel ran";
-      EXPECT_EQ(d::cuda_gemm_async_launches().load() > wmma_before,
-                on && k == kernel::wmma_pipeline)
+      EXPECT_EQ(launches(kernel::wmma) > wmma_before, on && k == kernel::wmma)
           << what << name << ": which kernel ran";
     }
   }
@@ -354,7 +349,9 @@ template <class T>
 class CudaGemmMma8 : public CudaFixture {
  protected:
   static constexpr bool integers = std::is_integral_v<T>;
-  void TearDown() override { ts::detail::cuda_gemm_mma_enabled() = true; }
+  void TearDown() override {
+    ts::detail::cuda_gemm_start_at(ts::detail::cuda_gemm_pipeline::wgmma);
+  }
   /// Whether this build runs T x T on the mma.sync kernel (fp8: built for sm_89 or newer).
   static bool tensor_cores() {
     namespace d = ts::detail;
@@ -381,14 +378,15 @@ class CudaGemmMma8 : public CudaFixture {
   template <class Op, class... X>
   void expect_both_kernels(const std::string& what, int packed, Op op, const X&... xs) {
     namespace d = ts::detail;
+    auto& mma_sync = d::cuda_gemm_choice(d::cuda_gemm_pipeline::mma_sync);
     for (const bool mma : {true, false}) {
-      d::cuda_gemm_mma_enabled() = mma;
-      const int64_t launches = d::cuda_gemm_mma_launches().load();
+      d::cuda_gemm_start_at(mma ? d::cuda_gemm_pipeline::mma_sync : d::cuda_gemm_pipeline::none);
+      const int64_t launches = mma_sync.launches.load();
       const int64_t packs = d::cuda_gemm_packed_operands().load();
       const std::string name = what + (mma ? " (mma.sync)" : " (register-staged)");
       expect_same(name, 0, 0, op, xs...);
       const bool on = mma && tensor_cores();
-      EXPECT_EQ(d::cuda_gemm_mma_launches().load() > launches, on) << name << ": which kernel ran";
+      EXPECT_EQ(mma_sync.launches.load() > launches, on) << name << ": which kernel ran";
       EXPECT_EQ(d::cuda_gemm_packed_operands().load() - packs, on ? packed : 0)
           << name << ": operands packed";
     }
@@ -579,23 +577,24 @@ TEST_F(CudaGemmTf32, PipelineInputsRoundToNearestTf32TiesAway) {
   const auto big = ts::full<float, ts::cuda>({8, 8}, x),
              eighth = ts::full<float, ts::cuda>({8, 8}, 0.125f);
   const auto t = [](const auto& y) { return y.transpose(0, 1); };
+  auto& mma_sync = d::cuda_gemm_choice(d::cuda_gemm_pipeline::mma_sync);
+  auto& wmma = d::cuda_gemm_choice(d::cuda_gemm_pipeline::wmma);
   for (const bool mma : {true, false}) {
-    d::cuda_gemm_mma_enabled() = mma;
+    d::cuda_gemm_start_at(mma ? d::cuda_gemm_pipeline::mma_sync : d::cuda_gemm_pipeline::wmma);
     for (int layout = 0; layout < 8; ++layout) {
       const auto a = layout & 4 ? eighth : big, b = layout & 4 ? big : eighth;
       const std::string what = std::string(mma ? "mma.sync" : "WMMA pipeline") +
                                (layout & 4 ? " x in B" : " x in A") + (layout & 1 ? " a^T" : "") +
                                (layout & 2 ? " b^T" : "");
-      const int64_t mma_before = d::cuda_gemm_mma_launches().load();
-      const int64_t wmma_before = d::cuda_gemm_async_launches().load();
+      const int64_t mma_before = mma_sync.launches.load(), wmma_before = wmma.launches.load();
       const auto got = ts::matmul(layout & 1 ? t(a) : a, layout & 2 ? t(b) : b).to<ts::cpu>();
-      EXPECT_EQ(d::cuda_gemm_mma_launches().load() > mma_before, mma && tensor_cores()) << what;
-      EXPECT_EQ(d::cuda_gemm_async_launches().load() > wmma_before, !mma && tensor_cores()) << what;
+      EXPECT_EQ(mma_sync.launches.load() > mma_before, mma && tensor_cores()) << what;
+      EXPECT_EQ(wmma.launches.load() > wmma_before, !mma && tensor_cores()) << what;
       for (float v : got.to_vector())
         ASSERT_EQ(v, tensor_cores() ? 1.0f + std::ldexp(1.0f, -10) : x) << what;
     }
   }
-  d::cuda_gemm_mma_enabled() = true;
+  d::cuda_gemm_start_at(d::cuda_gemm_pipeline::wgmma);
 }
 
 class CudaGemmOps : public CudaFixture {};

@@ -38,6 +38,7 @@
 
 #include "async_copy.cuh"
 #include "gemm_args.cuh"
+#include "gemm_choice.cuh"
 #include "gemm_tc.cuh"
 #include "launch.hpp"
 #include "mma_sync.cuh"
@@ -279,33 +280,15 @@ __global__ void __launch_bounds__(cuda_mma_threads, 2)
 #endif
 }
 
-/// Whether the mma.sync kernel takes the products it qualifies for (default true). Tests and
-/// benchmarks set it to false to run the WMMA kernels on the same inputs (the pipeline for 16-bit
-/// inputs, the register-staged kernel for 8-bit ones).
-inline bool& cuda_gemm_mma_enabled() {
-  static bool enabled = true;
-  return enabled;
-}
-
-/// How many products this process has run on the mma.sync kernel.
-inline std::atomic<int64_t>& cuda_gemm_mma_launches() {
-  static std::atomic<int64_t> n{0};
-  return n;
-}
-
-/// Launches cuda_gemm_mma for one layout pair; false when the device refuses its shared memory.
+/// Launches cuda_gemm_mma for one layout pair; false when switched off
+/// (cuda_gemm_choice(cuda_gemm_pipeline::mma_sync)) or the device refuses its shared memory.
 template <class In, bool ACol, bool BCol, class TA, class TB, class TC>
 bool cuda_gemm_mma_launch(dim3 grid,
                           const cuda_gemm_args<TA, TB, typename cuda_mma_op<In>::acc, TC>& p,
                           int64_t batch) {
-  const auto kernel = cuda_gemm_mma<In, TA, TB, ACol, BCol, TC>;
-  constexpr int bytes = cuda_mma_op<In>::smem_bytes;
-  static const bool allowed = cuda_allow_smem(kernel, bytes);
-  if (!allowed) return false;
-  cuda_launch_smem("cuda_gemm_mma", kernel, grid, dim3(cuda_mma_threads),
-                   static_cast<size_t>(bytes), p, batch);
-  cuda_gemm_mma_launches().fetch_add(1, std::memory_order_relaxed);
-  return true;
+  return cuda_try_launch_smem(cuda_gemm_choice(cuda_gemm_pipeline::mma_sync), "cuda_gemm_mma",
+                              cuda_gemm_mma<In, TA, TB, ACol, BCol, TC>, grid,
+                              dim3(cuda_mma_threads), cuda_mma_op<In>::smem_bytes, p, batch);
 }
 
 }  // namespace detail

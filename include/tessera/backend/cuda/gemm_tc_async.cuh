@@ -41,6 +41,7 @@
 #include "../../detail/gemm_problem.hpp"
 #include "async_copy.cuh"
 #include "gemm_args.cuh"
+#include "gemm_choice.cuh"
 #include "gemm_mma.cuh"
 #include "gemm_pack.cuh"
 #include "gemm_tc.cuh"
@@ -154,20 +155,6 @@ inline constexpr bool cuda_tc_async_family =
      (std::is_same_v<Cfg, cuda_tc_16bit<__nv_bfloat16>> && std::is_same_v<TA, bfloat16>) ||
      (std::is_same_v<Cfg, cuda_tc_tf32> && std::is_same_v<TA, float>));
 
-/// Whether the pipelined kernel may be used (default true). Tests set it to false to run the
-/// register-staged kernel on the inputs this one would take.
-inline bool& cuda_gemm_async_copies() {
-  static bool enabled = true;
-  return enabled;
-}
-
-/// How many products this process has run on the WMMA pipelined kernel (tests check which kernel
-/// ran; one relaxed increment per launch).
-inline std::atomic<int64_t>& cuda_gemm_async_launches() {
-  static std::atomic<int64_t> n{0};
-  return n;
-}
-
 /// Whether an operand of elem_bytes-byte elements at x with strides (rs, cs) and batch offsets
 /// (an array of `batch`, or multiples of `stride` when the array is null) can be copied in
 /// 16-byte chunks; col says whether it is column-major (rs == 1) rather than row-major.
@@ -187,20 +174,16 @@ inline bool cuda_tc_async_fits(const void* x, int64_t rs, int64_t cs, const int6
   return true;
 }
 
-/// Launches cuda_gemm_tc_async for one layout pair; false when the device refuses its shared
-/// memory (the caller falls back to cuda_gemm_tc).
+/// Launches cuda_gemm_tc_async for one layout pair; false when switched off
+/// (cuda_gemm_choice(cuda_gemm_pipeline::wmma)) or the device refuses its shared memory (the
+/// caller falls back to cuda_gemm_tc).
 template <class Cfg, class TA, class TB, bool ACol, bool BCol, class TC>
 bool cuda_gemm_tc_async_launch(dim3 grid, const cuda_gemm_args<TA, TB, typename Cfg::acc, TC>& p,
                                int64_t batch) {
-  const auto kernel = cuda_gemm_tc_async<Cfg, TA, TB, ACol, BCol, TC>;
-  constexpr int bytes = cuda_tc_async_smem_bytes<Cfg, ACol, BCol>;
-  // Raised once per kernel (as the tensor-core choice, per process rather than per device).
-  static const bool allowed = cuda_allow_smem(kernel, bytes);
-  if (!allowed) return false;
-  cuda_launch_smem("cuda_gemm_tc_async", kernel, grid, dim3(cuda_tc_threads),
-                   static_cast<size_t>(bytes), p, batch);
-  cuda_gemm_async_launches().fetch_add(1, std::memory_order_relaxed);
-  return true;
+  return cuda_try_launch_smem(cuda_gemm_choice(cuda_gemm_pipeline::wmma), "cuda_gemm_tc_async",
+                              cuda_gemm_tc_async<Cfg, TA, TB, ACol, BCol, TC>, grid,
+                              dim3(cuda_tc_threads), cuda_tc_async_smem_bytes<Cfg, ACol, BCol>, p,
+                              batch);
 }
 
 /// Runs an 8-bit product (In = signed / unsigned char, float8_e4m3, float8_e5m2) on the mma.sync
@@ -214,7 +197,7 @@ bool cuda_gemm_try_mma8(const gemm_problem<TA, TB, Acc, TC>& pr, cuda_gemm_args<
   // Once per kernel (per process, like the other kernel choices).
   static const bool built =
       cuda_built_for(cuda_gemm_mma<In, TA, TB, false, true, TC>, cuda_mma_op<In>::arch);
-  if (!cuda_gemm_mma_enabled() || !built) return false;
+  if (!cuda_gemm_choice(cuda_gemm_pipeline::mma_sync).enabled || !built) return false;
   // Operand v (outer rows of k, host batch offsets host_off) as the kernel reads it: in place
   // when k is contiguous with 16-byte aligned rows and batch matrices, else a packed copy.
   const auto k_major = [&](auto v, const int64_t* host_off, int64_t outer,
@@ -238,12 +221,12 @@ bool cuda_gemm_try_mma8(const gemm_problem<TA, TB, Acc, TC>& pr, cuda_gemm_args<
 }
 
 /// Runs pr on a pipelined kernel when it qualifies (cuda_tc_async_family, cuda_tc_async_fits
-/// for both operands): for 16-bit inputs the wgmma one where built for sm_90a (gemm_wgmma.cuh,
-/// unless cuda_gemm_wgmma_enabled() is off), then for 16-bit and tf32 inputs the mma.sync one
-/// (gemm_mma.cuh, unless cuda_gemm_mma_enabled() is off), else the WMMA one; 8-bit integer products
-/// on the mma.sync kernel whatever their layout (cuda_gemm_try_mma8), and so fp8 x fp8 products of
-/// one format where the kernel was built for sm_89+ (elsewhere they run exactly on the fp16 tensor
-/// cores of the register-staged kernel). False when none runs it.
+/// for both operands): for 16-bit inputs the wgmma one where built for sm_90a (gemm_wgmma.cuh),
+/// then for 16-bit and tf32 inputs the mma.sync one (gemm_mma.cuh), then the WMMA one, each
+/// unless switched off (cuda_gemm_choice); 8-bit integer products on the mma.sync kernel whatever
+/// their layout (cuda_gemm_try_mma8), and so fp8 x fp8 products of one format where the kernel
+/// was built for sm_89+ (elsewhere they run exactly on the fp16 tensor cores of the
+/// register-staged kernel). False when none runs it.
 template <class Cfg, class TA, class TB, class Acc, class TC>
 bool cuda_gemm_try_async(const gemm_problem<TA, TB, Acc, TC>& pr,
                          const cuda_gemm_args<TA, TB, Acc, TC>& p, dim3 grid) {
@@ -251,14 +234,13 @@ bool cuda_gemm_try_async(const gemm_problem<TA, TB, Acc, TC>& pr,
   constexpr bool fp8 = cuda_is_fp8<TA> && std::is_same_v<TA, TB> && std::is_same_v<Acc, float>;
   if constexpr (ints8 || fp8) {
     using In = std::conditional_t<ints8, typename Cfg::frag, TA>;  // the instruction's input type
-    return cuda_gemm_async_copies() && cuda_gemm_try_mma8<In>(pr, p, grid);
+    return cuda_gemm_try_mma8<In>(pr, p, grid);
   } else if constexpr (!cuda_tc_async_family<Cfg, TA, TB>) {
     (void)pr, (void)p, (void)grid;
     return false;
   } else {
     bool acol = false, bcol = false;
-    if (!cuda_gemm_async_copies() ||
-        !cuda_tc_async_fits(pr.a, pr.a_rs, pr.a_cs, pr.a_offsets, p.a_bs, pr.batch,
+    if (!cuda_tc_async_fits(pr.a, pr.a_rs, pr.a_cs, pr.a_offsets, p.a_bs, pr.batch,
                             int64_t{sizeof(TA)}, acol) ||
         !cuda_tc_async_fits(pr.b, pr.b_rs, pr.b_cs, pr.b_offsets, p.b_bs, pr.batch,
                             int64_t{sizeof(TB)}, bcol))
@@ -279,7 +261,7 @@ bool cuda_gemm_try_async(const gemm_problem<TA, TB, Acc, TC>& pr,
           }))
         return true;
     }
-    if (cuda_gemm_mma_enabled() && by_layout([&](auto ac, auto bc) {
+    if (by_layout([&](auto ac, auto bc) {
           return cuda_gemm_mma_launch<In, decltype(ac)::value, decltype(bc)::value>(grid, p,
                                                                                     pr.batch);
         }))

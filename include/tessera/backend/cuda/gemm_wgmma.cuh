@@ -34,6 +34,7 @@
 #include "async_copy.cuh"
 #include "error.hpp"
 #include "gemm_args.cuh"
+#include "gemm_choice.cuh"
 #include "gemm_tc.cuh"
 #include "launch.hpp"
 #include "memory.hpp"
@@ -186,31 +187,14 @@ inline bool cuda_wgmma_built() {
   return built;
 }
 
-/// Whether the wgmma kernel takes the products it qualifies for (default true). Tests and
-/// benchmarks set it to false to run the mma.sync kernel on the same inputs.
-inline bool& cuda_gemm_wgmma_enabled() {
-  static bool enabled = true;
-  return enabled;
-}
-
-/// How many products this process has run on the wgmma kernel.
-inline std::atomic<int64_t>& cuda_gemm_wgmma_launches() {
-  static std::atomic<int64_t> n{0};
-  return n;
-}
-
-/// Launches cuda_gemm_wgmma for one layout pair; false when switched off, not built for sm_90a,
-/// or the device refuses its shared memory.
+/// Launches cuda_gemm_wgmma for one layout pair; false when not built for sm_90a, switched off
+/// (cuda_gemm_choice(cuda_gemm_pipeline::wgmma)) or the device refuses its shared memory.
 template <class In, bool ACol, bool BCol, class TA, class TB, class TC>
 bool cuda_gemm_wgmma_launch(dim3 grid, const cuda_gemm_args<TA, TB, float, TC>& p, int64_t batch) {
-  if (!cuda_gemm_wgmma_enabled() || !cuda_wgmma_built()) return false;
-  const auto kernel = cuda_gemm_wgmma<In, TA, TB, ACol, BCol, TC>;
-  static const bool allowed = cuda_allow_smem(kernel, cuda_wgmma_smem_bytes);
-  if (!allowed) return false;
-  cuda_launch_smem("cuda_gemm_wgmma", kernel, grid, dim3(cuda_wgmma_threads),
-                   static_cast<size_t>(cuda_wgmma_smem_bytes), p, batch);
-  cuda_gemm_wgmma_launches().fetch_add(1, std::memory_order_relaxed);
-  return true;
+  return cuda_wgmma_built() &&
+         cuda_try_launch_smem(cuda_gemm_choice(cuda_gemm_pipeline::wgmma), "cuda_gemm_wgmma",
+                              cuda_gemm_wgmma<In, TA, TB, ACol, BCol, TC>, grid,
+                              dim3(cuda_wgmma_threads), cuda_wgmma_smem_bytes, p, batch);
 }
 
 }  // namespace detail

@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <utility>
 
 #include "error.hpp"
@@ -83,13 +85,40 @@ void cuda_launch_smem(const char* what, void (*kernel)(P...), dim3 grid, dim3 bl
 
 /// Whether kernel may run with `bytes` of dynamic shared memory: above 48 KB this raises its
 /// limit (cudaFuncSetAttribute), and answers false when the device refuses (too little shared
-/// memory per block on this GPU). Callers keep the answer (once per kernel and process).
+/// memory per block on this GPU). Asked of the runtime once per kernel and size, then remembered
+/// (per process, not per device, like the GEMM's other kernel choices).
 template <class... P>
 bool cuda_allow_smem(void (*kernel)(P...), int bytes) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, bool> answers;
+  const std::pair<const void*, int> key{reinterpret_cast<const void*>(kernel), bytes};
+  std::lock_guard lock(mu);
+  if (const auto it = answers.find(key); it != answers.end()) return it->second;
   const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        bytes) == cudaSuccess;
   if (!ok) (void)cudaGetLastError();
-  return ok;
+  return answers[key] = ok;
+}
+
+/// A kernel that dispatch may choose for an op: whether it may (tests and benchmarks switch one
+/// off to run the next choice on the same inputs) and how many launches it has had (tests check
+/// which kernel ran; one relaxed increment per launch).
+struct cuda_kernel_choice {
+  std::atomic<bool> enabled{true};
+  std::atomic<int64_t> launches{0};
+};
+
+/// Launches kernel as cuda_launch_smem does and counts it in `choice`; false, launching nothing,
+/// when the choice is switched off or the device refuses `bytes` of shared memory (the caller
+/// then falls back to another kernel).
+template <class... P, class... A>
+bool cuda_try_launch_smem(cuda_kernel_choice& choice, const char* what, void (*kernel)(P...),
+                          dim3 grid, dim3 block, int bytes, A&&... args) {
+  if (!choice.enabled.load(std::memory_order_relaxed) || !cuda_allow_smem(kernel, bytes))
+    return false;
+  cuda_launch_smem(what, kernel, grid, block, static_cast<size_t>(bytes), std::forward<A>(args)...);
+  choice.launches.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 /// cuda_launch_smem without dynamic shared memory.

@@ -1,0 +1,31 @@
+// tessera/backend/cuda/gemm_choice.cuh - which pipelined GEMM kernel may run: one switch and one
+// launch count per kernel, shared by dispatch (gemm_tc_async.cuh), the tests and the benchmarks.
+#pragma once
+
+#include "launch.hpp"
+
+TESSERA_BEGIN_NAMESPACE
+namespace detail {
+
+/// The pipelined GEMM kernels, in the order dispatch tries them (cuda_gemm_try_async): wgmma
+/// (gemm_wgmma.cuh), mma.sync (gemm_mma.cuh), the WMMA pipeline (gemm_tc_async.cuh). A product
+/// none of them takes runs on the register-staged tensor-core kernel or the SIMT one; `none`
+/// names that in cuda_gemm_start_at.
+enum class cuda_gemm_pipeline { wgmma, mma_sync, wmma, none };
+
+/// The switch and launch count of pipeline k (not `none`). All start switched on.
+inline cuda_kernel_choice& cuda_gemm_choice(cuda_gemm_pipeline k) {
+  static cuda_kernel_choice choices[static_cast<int>(cuda_gemm_pipeline::none)];
+  return choices[static_cast<int>(k)];
+}
+
+/// Makes dispatch start at `first`: switches off the pipelines tried before it and on the rest.
+/// cuda_gemm_start_at(cuda_gemm_pipeline::wgmma) is the default; `none` leaves the products to
+/// the register-staged kernel. Tests and benchmarks use it to run each kernel on the same inputs.
+inline void cuda_gemm_start_at(cuda_gemm_pipeline first) {
+  for (int k = 0; k < static_cast<int>(cuda_gemm_pipeline::none); ++k)
+    cuda_gemm_choice(static_cast<cuda_gemm_pipeline>(k)).enabled = k >= static_cast<int>(first);
+}
+
+}  // namespace detail
+TESSERA_END_NAMESPACE
