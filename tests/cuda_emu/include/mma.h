@@ -14,7 +14,7 @@
 // Below WMMA, the raw mma.sync of tessera's mma_sync.cuh (16-bit, tf32, 8-bit integer and fp8
 // inputs): warp collectives whose fragment layouts are modelled lane by lane
 // (tessera_cuda_emulation::mma_m16n8k16, mma_m16n8k8_tf32, mma_m16n8k32); and Hopper's
-// wgmma.mma_async with both operands in shared memory (wgmma_m64nNk16), whose descriptors and
+// wgmma.mma_async with both operands in shared memory (wgmma_m64nN), whose descriptors and
 // swizzled layouts are decoded as the PTX ISA specifies.
 #pragma once
 
@@ -273,19 +273,25 @@ void mma_m16n8k32(D (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   }
 }
 
-/// wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{f16,bf16} with both operands in shared memory,
-/// scale-d true: d += A (64 x 16) B (16 x n) for the calling thread's share of the warpgroup's
-/// accumulators (thread L of the warpgroup, warp w = L / 32, g = L % 32 / 4, t = L % 4, holds
-/// D(16 w + g, 8 j + 2 t + c) in d[4 j + c] and D(16 w + g + 8, ..) in d[4 j + 2 + c]). The
-/// operands are read where the descriptors say, as the PTX ISA defines the canonical layouts in
-/// the 128-byte swizzle mode (the only mode tessera uses; any other aborts): element (o, k) of an
-/// operand (o its row of A or column of B) lies at
-///  - k-major (no transpose): start + (o / 8) sbo + (o % 8) 128 + 2 k,
-///  - m/n-major (transposed): start + (o / 64) lbo + (k / 8) sbo + (k % 8) 128 + 2 (o % 64),
+/// wgmma.mma_async.sync.aligned.m64n{n}k{K} with both operands in shared memory, scale-d true:
+/// d += A (64 x K) B (K x n) for the calling thread's share of the warpgroup's accumulators
+/// (thread L of the warpgroup, warp w = L / 32, g = L % 32 / 4, t = L % 4, holds D(16 w + g, 8 j
+/// + 2 t + c) in d[4 j + c] and D(16 w + g + 8, ..) in d[4 j + 2 + c]). K is 32 bytes of In:
+/// __half, __nv_bfloat16 (k16), float read as tf32 (k8: the low 13 mantissa bits ignored),
+/// tessera::float8_e4m3 / float8_e5m2 (k32), all into float d; signed / unsigned char (k32) into
+/// int32 d, wrapping. The operands are read where the descriptors say, as the PTX ISA defines the
+/// canonical layouts in the 128-byte swizzle mode (the only mode tessera uses; any other aborts):
+/// element (o, k) of an operand (o its row of A or column of B), of `size` bytes, lies at
+///  - k-major (no transpose): start + (o / 8) sbo + (o % 8) 128 + size k,
+///  - m/n-major (transposed, 16-bit only): start + (o / 64) lbo + (k / 8) sbo + (k % 8) 128 + 2
+///    (o % 64),
 /// with the 16-byte chunk bits of the address (4-6) XORed with its bits 7-9. The instruction is
 /// asynchronous on a GPU; here it completes at once, so the kernel's waits are not checked.
-template <class In>
-void wgmma_m64nNk16(float* d, int n, uint64_t desc_a, uint64_t desc_b, bool trans_a, bool trans_b) {
+template <class In, class D>
+void wgmma_m64nN(D* d, int n, uint64_t desc_a, uint64_t desc_b, bool trans_a, bool trans_b) {
+  constexpr bool integers = std::is_integral_v<In>;
+  constexpr int size = static_cast<int>(sizeof(In)), K = 32 / size;
+  static_assert(std::is_same_v<D, std::conditional_t<integers, int32_t, float>>);
   struct descriptor {
     uint32_t start, lbo, sbo;
   };
@@ -301,25 +307,34 @@ void wgmma_m64nNk16(float* d, int n, uint64_t desc_a, uint64_t desc_b, bool tran
                       static_cast<uint32_t>(x >> 16 & 0x3fff) << 4,
                       static_cast<uint32_t>(x >> 32 & 0x3fff) << 4};
   };
+  if ((trans_a || trans_b) && size != 2) {
+    std::fprintf(stderr, "tessera cuda emulation: wgmma transposes only 16-bit operands\n");
+    std::abort();
+  }
   const descriptor da = decode(desc_a, "A"), db = decode(desc_b, "B");
+  // Element (o, k), as an int32 or a float.
   const auto element = [](const descriptor& dd, int o, int k, bool mn_major) {
     uint32_t at =
         mn_major ? dd.start + (o / 64) * dd.lbo + (k / 8) * dd.sbo + (k % 8) * 128 + (o % 64) * 2
-                 : dd.start + (o / 8) * dd.sbo + (o % 8) * 128 + k * 2;
+                 : dd.start + (o / 8) * dd.sbo + (o % 8) * 128 + k * size;
     at ^= (at >> 7 & 7) << 4;
-    if (at + 2 > dynamic_smem_bytes) {
+    if (at + size > dynamic_smem_bytes) {
       std::fprintf(stderr,
                    "tessera cuda emulation: wgmma reads shared byte %u of the %zu the launch "
                    "asked for\n",
                    at, dynamic_smem_bytes);
       std::abort();
     }
-    uint16_t bits;
-    std::memcpy(&bits, dynamic_smem + at, 2);
-    if constexpr (std::is_same_v<In, __half>)
-      return static_cast<float>(tessera::half::from_bits(bits));
+    In x;
+    std::memcpy(&x, dynamic_smem + at, size);
+    if constexpr (integers)
+      return static_cast<int32_t>(x);
+    else if constexpr (std::is_same_v<In, float>)
+      return nvcuda::wmma::emu::tf32_operand(x);
+    else if constexpr (std::is_same_v<In, __half> || std::is_same_v<In, __nv_bfloat16>)
+      return nvcuda::wmma::emu::to_value(x);
     else
-      return static_cast<float>(tessera::bfloat16::from_bits(bits));
+      return static_cast<float>(x);  // fp8
   };
   if (blockDim.y != 1 || blockDim.z != 1 || blockDim.x % 128 != 0) {
     std::fprintf(stderr, "tessera cuda emulation: wgmma in a block that is not whole warpgroups\n");
@@ -329,9 +344,11 @@ void wgmma_m64nNk16(float* d, int n, uint64_t desc_a, uint64_t desc_b, bool tran
   for (int j = 0; j < n / 8; ++j)
     for (int r = 0; r < 4; ++r) {
       const int row = 16 * w + g + (r >= 2 ? 8 : 0), col = 8 * j + 2 * t + r % 2;
-      float s = d[4 * j + r];
-      for (int k = 0; k < 16; ++k) s += element(da, row, k, trans_a) * element(db, col, k, trans_b);
-      d[4 * j + r] = s;
+      // Integers sum in uint32 (wrapping as on a GPU), the others in float.
+      std::conditional_t<integers, uint32_t, float> s = static_cast<decltype(s)>(d[4 * j + r]);
+      for (int k = 0; k < K; ++k)
+        s += static_cast<decltype(s)>(element(da, row, k, trans_a) * element(db, col, k, trans_b));
+      d[4 * j + r] = static_cast<D>(s);
     }
 }
 

@@ -2,9 +2,10 @@
 // pipeline of asynchronous copies (cp.async, sm_80 and newer), for half x half, bfloat16 x
 // bfloat16 and (under set_float32_matmul_precision(high)) float x float when both operands are
 // row- or column-major with 16-byte aligned rows; and the dispatch among the pipelined kernels
-// (cuda_gemm_try_async), which gives those products to the wgmma kernel (gemm_wgmma.cuh, 16-bit
-// inputs where built for sm_90a) first, then to the mma.sync kernel (gemm_mma.cuh). This WMMA
-// pipeline is their fallback and the benchmarks' point of comparison.
+// (cuda_gemm_try_async), which gives those products to the wgmma kernel (gemm_wgmma.cuh, where
+// built for sm_90a; tf32 only with k contiguous in both operands) first, then to the mma.sync
+// kernel (gemm_mma.cuh). This WMMA pipeline is their fallback and the benchmarks' point of
+// comparison.
 //
 // Why a second kernel beside cuda_gemm_tc: that one takes any strides and any input type by
 // loading through registers, converting on the way (one k step ahead, two shared buffers). When
@@ -186,18 +187,20 @@ bool cuda_gemm_tc_async_launch(dim3 grid, const cuda_gemm_args<TA, TB, typename 
                               batch);
 }
 
-/// Runs an 8-bit product (In = signed / unsigned char, float8_e4m3, float8_e5m2) on the mma.sync
-/// kernel, reading each operand in place when its k is contiguous with 16-byte aligned rows (A
-/// row-major, B column-major), else from a k-contiguous copy (cuda_pack_operand); false when
-/// the kernel is switched off, was not built for an architecture with In's instruction, or its
-/// shared memory is refused.
+/// Runs an 8-bit product (In = signed / unsigned char, float8_e4m3, float8_e5m2) on the wgmma
+/// kernel where built for sm_90a, else on the mma.sync kernel, reading each operand in place when
+/// its k is contiguous with 16-byte aligned rows (A row-major, B column-major), else from a
+/// k-contiguous copy (cuda_pack_operand); false when both kernels are switched off or not built
+/// for an architecture with In's instruction, or their shared memory is refused.
 template <class In, class TA, class TB, class Acc, class TC>
 bool cuda_gemm_try_mma8(const gemm_problem<TA, TB, Acc, TC>& pr, cuda_gemm_args<TA, TB, Acc, TC> p,
                         dim3 grid) {
   // Once per kernel (per process, like the other kernel choices).
-  static const bool built =
+  static const bool mma_built =
       cuda_built_for(cuda_gemm_mma<In, TA, TB, false, true, TC>, cuda_mma_op<In>::arch);
-  if (!cuda_gemm_choice(cuda_gemm_pipeline::mma_sync).enabled || !built) return false;
+  const bool wgmma = cuda_gemm_choice(cuda_gemm_pipeline::wgmma).enabled && cuda_wgmma_built();
+  const bool mma = cuda_gemm_choice(cuda_gemm_pipeline::mma_sync).enabled && mma_built;
+  if (!wgmma && !mma) return false;  // before any pack
   // Operand v (outer rows of k, host batch offsets host_off) as the kernel reads it: in place
   // when k is contiguous with 16-byte aligned rows and batch matrices, else a packed copy.
   const auto k_major = [&](auto v, const int64_t* host_off, int64_t outer,
@@ -217,15 +220,17 @@ bool cuda_gemm_try_mma8(const gemm_problem<TA, TB, Acc, TC>& pr, cuda_gemm_args<
                            pr.b_offsets, p.n, packed_b);
     p.b = b.x, p.b_cs = b.s_outer, p.b_rs = b.s_k, p.b_off = b.off, p.b_bs = b.bs;
   }
-  return cuda_gemm_mma_launch<In, false, true>(grid, p, pr.batch);
+  return (wgmma && cuda_gemm_wgmma_launch<In, false, true>(grid, p, pr.batch)) ||
+         (mma && cuda_gemm_mma_launch<In, false, true>(grid, p, pr.batch));
 }
 
 /// Runs pr on a pipelined kernel when it qualifies (cuda_tc_async_family, cuda_tc_async_fits
-/// for both operands): for 16-bit inputs the wgmma one where built for sm_90a (gemm_wgmma.cuh),
-/// then for 16-bit and tf32 inputs the mma.sync one (gemm_mma.cuh), then the WMMA one, each
-/// unless switched off (cuda_gemm_choice); 8-bit integer products on the mma.sync kernel whatever
-/// their layout (cuda_gemm_try_mma8), and so fp8 x fp8 products of one format where the kernel
-/// was built for sm_89+ (elsewhere they run exactly on the fp16 tensor cores of the
+/// for both operands): the wgmma one where built for sm_90a (gemm_wgmma.cuh; 16-bit inputs in
+/// every layout, tf32 with A row-major and B column-major), then the mma.sync one (gemm_mma.cuh),
+/// then the WMMA one, each unless switched off (cuda_gemm_choice); 8-bit integer products on the
+/// wgmma or mma.sync kernel whatever their layout (cuda_gemm_try_mma8), and so fp8 x fp8
+/// products of one format where a kernel was built for their instructions (sm_90a for wgmma,
+/// sm_89+ for mma.sync; elsewhere they run exactly on the fp16 tensor cores of the
 /// register-staged kernel). False when none runs it.
 template <class Cfg, class TA, class TB, class Acc, class TC>
 bool cuda_gemm_try_async(const gemm_problem<TA, TB, Acc, TC>& pr,
@@ -254,13 +259,14 @@ bool cuda_gemm_try_async(const gemm_problem<TA, TB, Acc, TC>& pr,
                   : launch(std::false_type{}, std::false_type{});
     };
     using In = typename Cfg::frag;
-    if constexpr (!std::is_same_v<In, cuda_tf32_tag>) {  // half, bfloat16: wgmma on sm_90a
-      if (by_layout([&](auto ac, auto bc) {
-            return cuda_gemm_wgmma_launch<In, decltype(ac)::value, decltype(bc)::value>(grid, p,
-                                                                                        pr.batch);
-          }))
-        return true;
-    }
+    if (by_layout([&](auto ac, auto bc) {  // tf32: k-contiguous operands only
+          constexpr bool a_col = decltype(ac)::value, b_col = decltype(bc)::value;
+          if constexpr (cuda_mma_op<In>::size == 2 || (!a_col && b_col))
+            return cuda_gemm_wgmma_launch<In, a_col, b_col>(grid, p, pr.batch);
+          else
+            return false;
+        }))
+      return true;
     if (by_layout([&](auto ac, auto bc) {
           return cuda_gemm_mma_launch<In, decltype(ac)::value, decltype(bc)::value>(grid, p,
                                                                                     pr.batch);

@@ -1,22 +1,30 @@
-// tessera/backend/cuda/gemm_wgmma.cuh - the 16-bit tensor-core matrix product on Hopper's
-// warpgroup instructions (wgmma.mma_async, device code built for sm_90a): half x half and
-// bfloat16 x bfloat16 with float accumulation, for the operands the cp.async pipelines take (row-
-// or column-major, 16-byte aligned rows). Where it is built and the device runs it
-// (cuda_wgmma_built), the dispatch gives those products to it before the mma.sync kernel.
+// tessera/backend/cuda/gemm_wgmma.cuh - the tensor-core matrix product on Hopper's warpgroup
+// instructions (wgmma.mma_async, device code built for sm_90a), for the inputs the mma.sync
+// kernel takes (cuda_mma_op): half x half and bfloat16 x bfloat16 row- or column-major; tf32
+// (float under set_float32_matmul_precision(high)), int8 x int8, uint8 x uint8 and fp8 x fp8 of
+// one format with k contiguous in both operands (A row-major, B column-major; 8-bit operands
+// are packed so by the dispatch, tf32 ones in other layouts stay on mma.sync); 16-byte aligned
+// rows. Where it is built and the device runs it (cuda_wgmma_built), the dispatch gives those
+// products to it before the mma.sync kernel. On sm_90 this is the only native fp8 path: the
+// mma.sync fp8 form is emulated there by the compiler.
 //
 // The kernel: 128 x 128 output tiles, 256 threads = 2 warpgroups of 64 x 128 outputs (64 float
-// accumulators per thread); k in stages of 64 through the same cp.async pipeline as the other
-// pipelined kernels (cuda_pipelined_k_loop: four slots, one barrier per step, partial edge
-// chunks zeroed). What differs from the mma.sync kernel:
-//  - No fragments in registers: each warpgroup issues 4 wgmma m64n128k16 per stage, whose
-//    operands the tensor cores read from shared memory through descriptors. The tiles must be
-//    in a canonical layout: here the 128-byte swizzled ones, in which a 128-byte row of 8
-//    chunks is stored with chunk c at c ^ (row % 8) within 1024-byte atoms of 8 rows (the
-//    hardware applies the XOR to address bits 4-6 from bits 7-9, so atoms must be 1024-byte
-//    aligned). Both layouts of both operands are canonical (k-contiguous, or m / n-contiguous
-//    with the instruction's transpose bit), so no operand is packed.
+// or int32 accumulators per thread); k in stages of 128 bytes (64 16-bit elements, 32 tf32, 128
+// bytes) through the same cp.async pipeline as the other pipelined kernels
+// (cuda_pipelined_k_loop: four slots, one barrier per step, partial edge chunks zeroed). What
+// differs from the mma.sync kernel:
+//  - No fragments in registers: each warpgroup issues 4 wgmma m64n128 per stage (32 bytes of k
+//    each: k16, k8 for tf32, k32 for 8-bit inputs), whose operands the tensor cores read from
+//    shared memory through descriptors. The tiles must be in a canonical layout: here the
+//    128-byte swizzled ones, in which a 128-byte row of 8 chunks is stored with chunk c at c ^
+//    (row % 8) within 1024-byte atoms of 8 rows (the hardware applies the XOR to address bits
+//    4-6 from bits 7-9, so atoms must be 1024-byte aligned). Counted in bytes, the k-contiguous
+//    tile and its descriptors are the same for every input type. 16-bit operands may also be m /
+//    n-contiguous, a canonical layout the instruction reads with its transpose bit, so no 16-bit
+//    operand is packed; the ISA has the transpose for 16-bit inputs only.
 //  - The cp.async copies are writes of the generic proxy and wgmma reads through the async
-//    proxy: each thread fences (fence.proxy.async) after its wait and before the barrier.
+//    proxy: each thread fences (fence.proxy.async) after its wait (and, for tf32, after rounding
+//    what it copied) and before the barrier.
 //  - Each stage's wgmma are waited for (wait_group 0) before the next barrier, because the step
 //    after next overwrites that slot; keeping one group in flight needs the copies one slot
 //    further ahead (docs/perf/cuda_gemm.md, "wgmma").
@@ -35,6 +43,7 @@
 #include "error.hpp"
 #include "gemm_args.cuh"
 #include "gemm_choice.cuh"
+#include "gemm_mma.cuh"
 #include "gemm_tc.cuh"
 #include "launch.hpp"
 #include "memory.hpp"
@@ -45,19 +54,22 @@ namespace detail {
 
 inline constexpr int cuda_wgmma_threads = 256;  // 2 warpgroups, 64 x 128 outputs each
 inline constexpr int cuda_wgmma_stages = 4;
-inline constexpr int cuda_wgmma_bk = 64;  // k per stage: one 128-byte row of 16-bit elements
-inline constexpr int cuda_wgmma_tile = cuda_tc_bm * cuda_wgmma_bk;  // elements, operand, stage
+inline constexpr int cuda_wgmma_row_bytes = 128;  // of k per operand row and stage, any type
+inline constexpr int cuda_wgmma_bk = 64;  // k per stage for 16-bit elements (the mn-major tiles)
+inline constexpr int cuda_wgmma_tile_bytes = cuda_tc_bm * cuda_wgmma_row_bytes;  // operand, stage
 inline constexpr int cuda_wgmma_atom = 1024;  // bytes: 8 rows of 128, the swizzle's period
 /// The stages, and room to align them to an atom.
 inline constexpr int cuda_wgmma_smem_bytes =
-    cuda_wgmma_stages * 2 * cuda_wgmma_tile * 2 + cuda_wgmma_atom;
+    cuda_wgmma_stages * 2 * cuda_wgmma_tile_bytes + cuda_wgmma_atom;
 
-/// A stage's tile with k contiguous (A row-major, B column-major), 16-bit elements: [128][64],
-/// 128-byte rows; chunk c of row o is stored at c ^ (o % 8). In descriptor terms: 8-row groups
-/// 1024 bytes apart (the stride byte offset), k within a row (no leading byte offset).
+/// A stage's tile with k contiguous (A row-major, B column-major), V elements per 16-byte chunk:
+/// [128][8 V], 128-byte rows; chunk c of row o is stored at c ^ (o % 8). In descriptor terms:
+/// 8-row groups 1024 bytes apart (the stride byte offset), k within a row (no leading byte
+/// offset). The same bytes for every element size: each instruction reads 32 bytes of k.
+template <int V = 8>
 struct cuda_wgmma_k_major {
   __host__ __device__ static int at(int o, int k) {
-    return o * 64 + (((k >> 3) ^ (o & 7)) << 3) + (k & 7);
+    return o * 8 * V + ((k / V) ^ (o & 7)) * V + k % V;
   }
 };
 
@@ -72,8 +84,8 @@ struct cuda_wgmma_mn_major {
   }
 };
 
-/// The descriptor of A's k step s (16 of k) for warpgroup wg (rows 64 wg .. 64 wg + 63) in the
-/// stage tile at shared address tile (ACol: m-contiguous).
+/// The descriptor of A's k step s (32 bytes of k) for warpgroup wg (rows 64 wg .. 64 wg + 63) in
+/// the stage tile at shared address tile (ACol: m-contiguous).
 template <bool ACol>
 __host__ __device__ __forceinline__ uint64_t cuda_wgmma_a_desc(uint32_t tile, int wg, int s) {
   if constexpr (ACol)  // the warpgroup's 64 rows are one atom column; k steps 2 atoms down
@@ -94,23 +106,30 @@ __host__ __device__ __forceinline__ uint64_t cuda_wgmma_b_desc(uint32_t tile, in
                            cuda_wgmma_atom);
 }
 
-/// One 128 x 128 tile of matrix blockIdx.z per block on wgmma, In = __half or __nv_bfloat16
-/// inputs (TA, TB of the same size), A row-major (a_cs == 1) or column-major (ACol), B likewise,
-/// rows and batch matrices 16-byte aligned (cuda_tc_async_fits). Results as cuda_gemm_tc's, up
-/// to the order of float additions within one instruction's k.
+/// One 128 x 128 tile of matrix blockIdx.z per block on wgmma with In inputs (cuda_mma_op's
+/// types; TA, TB of In's size): A row-major (a_cs == 1) or column-major (ACol), B likewise (only
+/// 16-bit inputs may be m- or n-contiguous: the others need A row-major and B column-major),
+/// rows and batch matrices 16-byte aligned (cuda_tc_async_fits). Results as cuda_gemm_mma's:
+/// float sums up to the order of additions within one instruction's k, exact (wrapping) int32
+/// sums for 8-bit integers; tf32 inputs rounded to nearest, ties away, in shared memory.
 template <class In, class TA, class TB, bool ACol, bool BCol, class TC>
 __global__ void __launch_bounds__(cuda_wgmma_threads, 1)
-    cuda_gemm_wgmma(cuda_gemm_args<TA, TB, float, TC> p, int64_t batch) {
+    cuda_gemm_wgmma(cuda_gemm_args<TA, TB, typename cuda_mma_op<In>::acc, TC> p, int64_t batch) {
 #if !TESSERA_CUDA_WGMMA
   (void)p, (void)batch;  // launched only where cuda_wgmma_built() holds
   __trap();
 #else
-  using E = std::uint16_t;
-  static_assert(sizeof(TA) == 2 && sizeof(TB) == 2);
-  using ATile = std::conditional_t<ACol, cuda_wgmma_mn_major, cuda_wgmma_k_major>;
-  using BTile = std::conditional_t<BCol, cuda_wgmma_k_major, cuda_wgmma_mn_major>;
-  constexpr int BM = cuda_tc_bm, BN = cuda_tc_bn, BK = cuda_wgmma_bk, S = cuda_wgmma_stages;
-  constexpr int T = cuda_wgmma_threads, tile = cuda_wgmma_tile;
+  using Op = cuda_mma_op<In>;
+  using E = typename Op::elem;
+  using Acc = typename Op::acc;
+  constexpr int V = Op::v;
+  static_assert(sizeof(TA) == sizeof(E) && sizeof(TB) == sizeof(E));
+  static_assert(Op::size == 2 || (!ACol && BCol), "only 16-bit operands may be m/n-contiguous");
+  using ATile = std::conditional_t<ACol, cuda_wgmma_mn_major, cuda_wgmma_k_major<V> >;
+  using BTile = std::conditional_t<BCol, cuda_wgmma_k_major<V>, cuda_wgmma_mn_major>;
+  constexpr int BM = cuda_tc_bm, BN = cuda_tc_bn, BK = cuda_wgmma_row_bytes / Op::size;
+  constexpr int S = cuda_wgmma_stages, T = cuda_wgmma_threads;
+  constexpr int tile = cuda_wgmma_tile_bytes / Op::size;  // elements
   unsigned char* const raw = cuda_dynamic_smem();
   const uint32_t raw_address = cuda_smem_address(raw);
   const uint32_t pad = (cuda_wgmma_atom - raw_address % cuda_wgmma_atom) % cuda_wgmma_atom;
@@ -127,11 +146,11 @@ __global__ void __launch_bounds__(cuda_wgmma_threads, 1)
     const auto a_at = [](int o, int i) { return ATile::at(o, i); };
     const auto b_at = [](int o, int i) { return BTile::at(o, i); };
     const auto slot = [&](int64_t kt) { return static_cast<int>(kt % S) * 2 * tile; };  // A, B
-    float acc[64];
+    Acc acc[64];
 #pragma unroll
-    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    for (int i = 0; i < 64; ++i) acc[i] = Acc(0);
 
-    if (p.alpha != 0.0f)
+    if (p.alpha != Acc(0))
       cuda_pipelined_k_loop<S>(
           steps,
           [&](int64_t kt) {
@@ -139,19 +158,25 @@ __global__ void __launch_bounds__(cuda_wgmma_threads, 1)
             cuda_copy_gemm_step<BM, BN, BK, T, ACol, BCol>(as, a_at, as + tile, b_at, a, lda, b,
                                                            ldb, m0, n0, kt * BK, p.m, p.n, p.k);
           },
-          [](int64_t) { cuda_fence_proxy_async(); },  // this thread's copies, to wgmma's proxy
           [&](int64_t kt) {
-            const uint32_t as = smem_address + static_cast<uint32_t>(slot(kt)) * 2;
-            const uint32_t bs = as + tile * 2;
+            if constexpr (Op::tf32) {  // each thread rounds what it copied (k-major tiles)
+              cuda_round_tf32_copies<BM, BK, T>(smem + slot(kt), a_at);
+              cuda_round_tf32_copies<BN, BK, T>(smem + slot(kt) + tile, b_at);
+            }
+            cuda_fence_proxy_async();  // this thread's copies and stores, to wgmma's proxy
+          },
+          [&](int64_t kt) {
+            const uint32_t as = smem_address + static_cast<uint32_t>(slot(kt) * Op::size);
+            const uint32_t bs = as + cuda_wgmma_tile_bytes;
             cuda_wgmma_fence();
 #pragma unroll
-            for (int s = 0; s < BK / 16; ++s)
-              cuda_wgmma_m64n128k16<In, ACol, !BCol>(acc, cuda_wgmma_a_desc<ACol>(as, wg, s),
-                                                     cuda_wgmma_b_desc<BCol>(bs, s));
+            for (int s = 0; s < cuda_wgmma_row_bytes / 32; ++s)
+              cuda_wgmma_m64n128<In, ACol, !BCol>(acc, cuda_wgmma_a_desc<ACol>(as, wg, s),
+                                                  cuda_wgmma_b_desc<BCol>(bs, s));
             cuda_wgmma_commit();
             cuda_wgmma_wait<0>();  // the slot is rewritten the step after next
           });
-    // Epilogue from the registers (cuda_wgmma_m64n128k16's layout).
+    // Epilogue from the registers (cuda_wgmma_m64n128's layout).
     const int64_t r0 = m0 + 64 * wg + 16 * (l / 32) + l % 32 / 4, c0 = n0 + l % 4 * 2;
 #pragma unroll
     for (int j = 0; j < 16; ++j)
@@ -190,7 +215,9 @@ inline bool cuda_wgmma_built() {
 /// Launches cuda_gemm_wgmma for one layout pair; false when not built for sm_90a, switched off
 /// (cuda_gemm_choice(cuda_gemm_pipeline::wgmma)) or the device refuses its shared memory.
 template <class In, bool ACol, bool BCol, class TA, class TB, class TC>
-bool cuda_gemm_wgmma_launch(dim3 grid, const cuda_gemm_args<TA, TB, float, TC>& p, int64_t batch) {
+bool cuda_gemm_wgmma_launch(dim3 grid,
+                            const cuda_gemm_args<TA, TB, typename cuda_mma_op<In>::acc, TC>& p,
+                            int64_t batch) {
   return cuda_wgmma_built() &&
          cuda_try_launch_smem(cuda_gemm_choice(cuda_gemm_pipeline::wgmma), "cuda_gemm_wgmma",
                               cuda_gemm_wgmma<In, TA, TB, ACol, BCol, TC>, grid,

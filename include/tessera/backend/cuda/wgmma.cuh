@@ -24,6 +24,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "mma_sync.cuh"
+
 TESSERA_BEGIN_NAMESPACE
 namespace detail {
 
@@ -98,56 +100,77 @@ __device__ __forceinline__ void cuda_fence_proxy_async() {
 #endif
 }
 
-// One wgmma.mma_async m64n128k16 with float accumulators d (in place, scale-d true), descriptors
-// a and b, immediate transposes ta and tb; `types` names the input type (f16 or bf16).
-#define TESSERA_WGMMA_M64N128K16(types)                                                            \
-  asm volatile(                                                                                    \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                 \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." types "." types                               \
-      " {"                                                                                         \
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                     \
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "           \
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "           \
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, "     \
-      "%65, p, 1, 1, %67, %68;\n}\n"                                                               \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),        \
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),    \
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), \
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), \
-        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), \
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), \
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), \
-        "+f"(d[63])                                                                                \
+// One wgmma.mma_async m64n128 (`shape_types`: k and the types) on accumulators d (in place,
+// scale-d true; constraint C: "+f" for float, "+r" for int32), descriptors a and b, then `tail`:
+// the immediate operands that follow the predicate for this type (scales, transposes).
+#define TESSERA_WGMMA_M64N128(shape_types, C, tail)                                               \
+  asm volatile(                                                                                   \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                \
+      "wgmma.mma_async.sync.aligned.m64n128" shape_types                                          \
+      " {"                                                                                        \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                    \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "          \
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "          \
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, "    \
+      "%65, p" tail ";\n}\n"                                                                      \
+      : C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]), C(d[8]), C(d[9]), \
+        C(d[10]), C(d[11]), C(d[12]), C(d[13]), C(d[14]), C(d[15]), C(d[16]), C(d[17]), C(d[18]), \
+        C(d[19]), C(d[20]), C(d[21]), C(d[22]), C(d[23]), C(d[24]), C(d[25]), C(d[26]), C(d[27]), \
+        C(d[28]), C(d[29]), C(d[30]), C(d[31]), C(d[32]), C(d[33]), C(d[34]), C(d[35]), C(d[36]), \
+        C(d[37]), C(d[38]), C(d[39]), C(d[40]), C(d[41]), C(d[42]), C(d[43]), C(d[44]), C(d[45]), \
+        C(d[46]), C(d[47]), C(d[48]), C(d[49]), C(d[50]), C(d[51]), C(d[52]), C(d[53]), C(d[54]), \
+        C(d[55]), C(d[56]), C(d[57]), C(d[58]), C(d[59]), C(d[60]), C(d[61]), C(d[62]), C(d[63])  \
       : "l"(a), "l"(b), "r"(1), "n"(ta), "n"(tb))
 
-/// d += A B for one warpgroup: wgmma.mma_async.sync.aligned.m64n128k16.f32 with In (__half or
-/// __nv_bfloat16) inputs, A (64 x 16) and B (16 x 128) read from shared memory through the
-/// descriptors a and b. TransA: A is stored m-contiguous (MN-major) rather than k-contiguous;
-/// TransB: B n-contiguous rather than k-contiguous. Accumulators: thread L of the warpgroup
-/// (warp w = L / 32, g = L % 32 / 4, t = L % 4) holds D(16 w + g, 8 j + 2 t + c) in d[4 j + c]
-/// and D(16 w + g + 8, 8 j + 2 t + c) in d[4 j + 2 + c], j = 0 .. 15, c = 0, 1. Asynchronous:
-/// the results are there after cuda_wgmma_commit and cuda_wgmma_wait. Every thread of the
-/// warpgroup must call it together, with the same descriptors.
-template <class In, bool TransA, bool TransB>
-__device__ __forceinline__ void cuda_wgmma_m64n128k16(float (&d)[64], uint64_t a, uint64_t b) {
-  static_assert(std::is_same_v<In, __half> || std::is_same_v<In, __nv_bfloat16>);
+/// d += A B for one warpgroup: wgmma.mma_async.sync.aligned.m64n128kK with A (64 x K) and B (K x
+/// 128) read from shared memory through the descriptors a and b; K is 32 bytes of In:
+///  - __half, __nv_bfloat16 (.f16, .bf16): k16, float d. TransA: A is stored m-contiguous
+///    (MN-major) rather than k-contiguous; TransB: B n-contiguous rather than k-contiguous.
+///  - cuda_tf32_tag (.tf32): k8, float d, on float bits whose low 13 mantissa bits the
+///    instruction ignores (the caller rounds first).
+///  - float8_e4m3, float8_e5m2 (.e4m3, .e5m2): k32, float d.
+///  - signed char, unsigned char (.s8, .u8): k32, int32 d, wrapping (no .satfinite).
+/// The ISA allows the transposes only for 16-bit inputs: the others are k-contiguous in both.
+/// Accumulators: thread L of the warpgroup (warp w = L / 32, g = L % 32 / 4, t = L % 4) holds
+/// D(16 w + g, 8 j + 2 t + c) in d[4 j + c] and D(16 w + g + 8, 8 j + 2 t + c) in d[4 j + 2 +
+/// c], j = 0 .. 15, c = 0, 1. Asynchronous: the results are there after cuda_wgmma_commit and
+/// cuda_wgmma_wait. Every thread of the warpgroup must call it together, with the same
+/// descriptors.
+template <class In, bool TransA, bool TransB, class Acc>
+__device__ __forceinline__ void cuda_wgmma_m64n128(Acc (&d)[64], uint64_t a, uint64_t b) {
+  constexpr bool f16 = std::is_same_v<In, __half>, bf16 = std::is_same_v<In, __nv_bfloat16>;
+  constexpr bool s8 = std::is_same_v<In, signed char>, u8 = std::is_same_v<In, unsigned char>;
+  constexpr bool e4m3 = std::is_same_v<In, float8_e4m3>, e5m2 = std::is_same_v<In, float8_e5m2>;
+  constexpr bool tf32 = std::is_same_v<In, cuda_tf32_tag>;
+  static_assert(f16 || bf16 || s8 || u8 || e4m3 || e5m2 || tf32);
+  static_assert(std::is_same_v<Acc, std::conditional_t<s8 || u8, int32_t, float>>);
+  static_assert(f16 || bf16 || (!TransA && !TransB), "only 16-bit inputs may be transposed");
 #if defined(TESSERA_CUDA_HOST_EMULATION)
-  tessera_cuda_emulation::wgmma_m64nNk16<In>(d, 128, a, b, TransA, TransB);
+  using Emulated = std::conditional_t<tf32, float, In>;  // the emulation reads floats as tf32
+  tessera_cuda_emulation::wgmma_m64nN<Emulated>(d, 128, a, b, TransA, TransB);
 #elif TESSERA_CUDA_WGMMA
   constexpr int ta = TransA ? 1 : 0, tb = TransB ? 1 : 0;
-  if constexpr (std::is_same_v<In, __half>)
-    TESSERA_WGMMA_M64N128K16("f16");
+  if constexpr (f16)
+    TESSERA_WGMMA_M64N128("k16.f32.f16.f16", "+f", ", 1, 1, %67, %68");
+  else if constexpr (bf16)
+    TESSERA_WGMMA_M64N128("k16.f32.bf16.bf16", "+f", ", 1, 1, %67, %68");
+  else if constexpr (tf32)
+    TESSERA_WGMMA_M64N128("k8.f32.tf32.tf32", "+f", ", 1, 1");
+  else if constexpr (e4m3)
+    TESSERA_WGMMA_M64N128("k32.f32.e4m3.e4m3", "+f", ", 1, 1");
+  else if constexpr (e5m2)
+    TESSERA_WGMMA_M64N128("k32.f32.e5m2.e5m2", "+f", ", 1, 1");
+  else if constexpr (s8)
+    TESSERA_WGMMA_M64N128("k32.s32.s8.s8", "+r", "");
   else
-    TESSERA_WGMMA_M64N128K16("bf16");
+    TESSERA_WGMMA_M64N128("k32.s32.u8.u8", "+r", "");
 #else
   (void)d, (void)a, (void)b;  // launched only where cuda_wgmma_built() holds
   __trap();
 #endif
 }
 
-#undef TESSERA_WGMMA_M64N128K16
+#undef TESSERA_WGMMA_M64N128
 
 }  // namespace detail
 TESSERA_END_NAMESPACE
