@@ -28,6 +28,11 @@
 //    lands only when its thread waits for its group (cuda_cp_async_wait), never earlier, so a
 //    kernel that reads a stage before waiting for it reads stale data; copies must be 16-byte
 //    aligned at both ends, and a thread that exits with copies outstanding fails the launch;
+//  - wgmma.mma_async (mma.h, through tessera's wgmma.cuh): each runs only when its thread's
+//    wgmma.wait_group lets its group complete, reading shared memory and updating the
+//    accumulators then, so a kernel that overwrites a stage, or reads its accumulators, before
+//    that wait computes wrong results; a thread that exits with wgmma outstanding fails the
+//    launch;
 //  - warp-collective instructions (ldmatrix here, mma.sync in mma.h, through tessera's
 //    mma_sync.cuh): each lane publishes its operands, waits for the others (modelled as a block
 //    barrier, so every warp of the block must make the same collective calls in the same order,
@@ -186,6 +191,10 @@ struct fiber {
   std::vector<async_copy> open;                   // issued, not yet committed
   std::deque<std::vector<async_copy>> committed;  // groups, oldest first
   unsigned collectives = 0;                       // warp-collective calls made (warp_share)
+  // wgmma.mma_async of this thread: issued (not yet committed) and committed groups, oldest
+  // first; each runs when a wgmma.wait_group lets its group complete.
+  std::vector<std::function<void()>> wgmma_open;
+  std::deque<std::vector<std::function<void()>>> wgmma_committed;
 };
 
 /// Bytes of a lane's operands in one warp-collective call.
@@ -227,12 +236,14 @@ inline void fiber_main() {
   block_run& r = *running;
   asan_entered(nullptr, &r.scheduler_stack, &r.scheduler_stack_bytes);
   (*r.body)();
-  if (!r.current->open.empty() || !r.current->committed.empty()) {
-    // On a GPU the copies would land at some later time, perhaps over shared memory that the
-    // block has reused since: a kernel must wait for all of them.
+  if (!r.current->open.empty() || !r.current->committed.empty() || !r.current->wgmma_open.empty() ||
+      !r.current->wgmma_committed.empty()) {
+    // On a GPU the copies would land (and wgmma read shared memory and write its registers) at
+    // some later time, perhaps over shared memory that the block has reused since: a kernel must
+    // wait for all of them.
     std::fprintf(stderr,
-                 "tessera cuda emulation: thread (%u, %u, %u) exited with asynchronous copies "
-                 "outstanding\n",
+                 "tessera cuda emulation: thread (%u, %u, %u) exited with asynchronous copies or "
+                 "wgmma outstanding\n",
                  threadIdx.x, threadIdx.y, threadIdx.z);
     r.failed = true;
   }
@@ -452,6 +463,31 @@ inline void cp_async_wait(size_t newest_pending) {
       std::memset(static_cast<unsigned char*>(c.dst) + c.bytes, 0, 16 - c.bytes);
     }
     f.committed.pop_front();
+  }
+}
+
+/// wgmma.mma_async of the running thread (mma.h's wgmma_m64nN): `run` reads the shared-memory
+/// operands and updates this thread's accumulators, not now but when a wgmma.wait_group lets its
+/// group complete, the latest moment a GPU may do it. So a kernel that rewrites a stage before
+/// waiting for the wgmma that read it, or reads its accumulators before the wait, computes
+/// wrong results here.
+inline void wgmma_issue(std::function<void()> run) {
+  current_fiber("wgmma.mma_async").wgmma_open.push_back(std::move(run));
+}
+
+/// wgmma.commit_group: the wgmma issued since the last commit form one group.
+inline void wgmma_commit() {
+  fiber& f = current_fiber("wgmma.commit_group");
+  f.wgmma_committed.push_back(std::move(f.wgmma_open));
+  f.wgmma_open.clear();
+}
+
+/// wgmma.wait_group n: every committed group but the newest n completes (runs), oldest first.
+inline void wgmma_wait(size_t newest_pending) {
+  fiber& f = current_fiber("wgmma.wait_group");
+  while (f.wgmma_committed.size() > newest_pending) {
+    for (const auto& run : f.wgmma_committed.front()) run();
+    f.wgmma_committed.pop_front();
   }
 }
 

@@ -285,10 +285,15 @@ void mma_m16n8k32(D (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
 ///  - k-major (no transpose): start + (o / 8) sbo + (o % 8) 128 + size k,
 ///  - m/n-major (transposed, 16-bit only): start + (o / 64) lbo + (k / 8) sbo + (k % 8) 128 + 2
 ///    (o % 64),
-/// with the 16-byte chunk bits of the address (4-6) XORed with its bits 7-9. The instruction is
-/// asynchronous on a GPU; here it completes at once, so the kernel's waits are not checked.
+/// with the 16-byte chunk bits of the address (4-6) XORed with its bits 7-9. Asynchronous, as on
+/// a GPU: this records the product, which runs when the thread's wgmma.wait_group lets its group
+/// complete (wgmma_issue in cuda_runtime.h), so the kernel's commits and waits are checked.
 template <class In, class D>
-void wgmma_m64nN(D* d, int n, uint64_t desc_a, uint64_t desc_b, bool trans_a, bool trans_b) {
+void wgmma_m64nN(D* d, int n, uint64_t desc_a, uint64_t desc_b, bool trans_a, bool trans_b);
+
+/// wgmma_m64nN's product, run now.
+template <class In, class D>
+void wgmma_m64nN_now(D* d, int n, uint64_t desc_a, uint64_t desc_b, bool trans_a, bool trans_b) {
   constexpr bool integers = std::is_integral_v<In>;
   constexpr int size = static_cast<int>(sizeof(In)), K = 32 / size;
   static_assert(std::is_same_v<D, std::conditional_t<integers, int32_t, float>>);
@@ -350,6 +355,11 @@ void wgmma_m64nN(D* d, int n, uint64_t desc_a, uint64_t desc_b, bool trans_a, bo
         s += static_cast<decltype(s)>(element(da, row, k, trans_a) * element(db, col, k, trans_b));
       d[4 * j + r] = static_cast<D>(s);
     }
+}
+
+template <class In, class D>
+void wgmma_m64nN(D* d, int n, uint64_t desc_a, uint64_t desc_b, bool trans_a, bool trans_b) {
+  wgmma_issue([=] { wgmma_m64nN_now<In>(d, n, desc_a, desc_b, trans_a, trans_b); });
 }
 
 }  // namespace tessera_cuda_emulation

@@ -116,25 +116,29 @@ __device__ __forceinline__ void cuda_copy_gemm_step(E* as, AAt a_at, E* bs, BAt 
 /// The k loop of a pipeline of S shared slots (step kt in slot kt % S), for every thread of the
 /// block: request(kt) starts this thread's copies of step kt; landed(kt) runs once this thread's
 /// copies of step kt have arrived, before the barrier that publishes everyone's (the tf32
-/// rounding); multiply(kt) uses step kt. Steps 0 .. S - 2 are requested first; at step kt each
-/// thread waits for its own copies (all but the newest S - 2 groups), a barrier makes all of them
-/// visible and proves every warp finished step kt - 1, then step kt + S - 1 goes into the slot
-/// step kt - 1 used. Every thread commits one group per step, empty or not, so the group counts
-/// agree; the final wait drains the (empty) groups, so none outlives the loop.
-template <int S, class Request, class Landed, class Multiply>
+/// rounding); multiply(kt) uses step kt. Lag: how many earlier steps' products may still be
+/// reading their slots when multiply(kt) returns (asynchronous wgmma groups left in flight; 0
+/// for products done when it returns). Steps 0 .. S - 2 - Lag are requested first; at step kt
+/// each thread waits for its own copies (all but the newest S - 2 - Lag groups), a barrier makes
+/// all of them visible and proves every warp finished multiply(kt - 1), and so the products of
+/// step kt - 1 - Lag, then step kt + S - 1 - Lag goes into the slot step kt - 1 - Lag used. Every
+/// thread commits one group per step, empty or not, so the group counts agree; the final wait
+/// drains the (empty) groups, so none outlives the loop.
+template <int S, int Lag = 0, class Request, class Landed, class Multiply>
 __device__ __forceinline__ void cuda_pipelined_k_loop(int64_t steps, Request request, Landed landed,
                                                       Multiply multiply) {
-  static_assert(S >= 2);
+  static_assert(Lag >= 0 && S >= 2 + Lag);
+  constexpr int ahead = S - 1 - Lag;  // steps requested before the one multiplied
 #pragma unroll
-  for (int s = 0; s < S - 1; ++s) {
+  for (int s = 0; s < ahead; ++s) {
     if (s < steps) request(int64_t{s});
     cuda_cp_async_commit();
   }
   for (int64_t kt = 0; kt < steps; ++kt) {
-    cuda_cp_async_wait<S - 2>();
+    cuda_cp_async_wait<ahead - 1>();
     landed(kt);
     __syncthreads();
-    if (kt + S - 1 < steps) request(kt + S - 1);
+    if (kt + ahead < steps) request(kt + ahead);
     cuda_cp_async_commit();
     multiply(kt);
   }

@@ -11,7 +11,7 @@
 // The kernel: 128 x 128 output tiles, 256 threads = 2 warpgroups of 64 x 128 outputs (64 float
 // or int32 accumulators per thread); k in stages of 128 bytes (64 16-bit elements, 32 tf32, 128
 // bytes) through the same cp.async pipeline as the other pipelined kernels
-// (cuda_pipelined_k_loop: four slots, one barrier per step, partial edge chunks zeroed). What
+// (cuda_pipelined_k_loop: one barrier per step, partial edge chunks zeroed; five slots). What
 // differs from the mma.sync kernel:
 //  - No fragments in registers: each warpgroup issues 4 wgmma m64n128 per stage (32 bytes of k
 //    each: k16, k8 for tf32, k32 for 8-bit inputs), whose operands the tensor cores read from
@@ -25,9 +25,11 @@
 //  - The cp.async copies are writes of the generic proxy and wgmma reads through the async
 //    proxy: each thread fences (fence.proxy.async) after its wait (and, for tf32, after rounding
 //    what it copied) and before the barrier.
-//  - Each stage's wgmma are waited for (wait_group 0) before the next barrier, because the step
-//    after next overwrites that slot; keeping one group in flight needs the copies one slot
-//    further ahead (docs/perf/cuda_gemm.md, "wgmma").
+//  - One group of wgmma stays in flight: each warpgroup waits (wait_group 1) only for the
+//    previous step's group after issuing this step's, so the tensor cores have the next stage's
+//    products queued while a warpgroup reaches the barrier. That slot is rewritten two steps
+//    later, not one (cuda_pipelined_k_loop's Lag = 1), so with five slots the copies still run
+//    three steps ahead (161 KiB of shared memory).
 // Not yet: TMA (cp.async.bulk.tensor) for the copies, warp-specialised producers, clusters.
 #pragma once
 
@@ -52,8 +54,8 @@
 TESSERA_BEGIN_NAMESPACE
 namespace detail {
 
-inline constexpr int cuda_wgmma_threads = 256;  // 2 warpgroups, 64 x 128 outputs each
-inline constexpr int cuda_wgmma_stages = 4;
+inline constexpr int cuda_wgmma_threads = 256;    // 2 warpgroups, 64 x 128 outputs each
+inline constexpr int cuda_wgmma_stages = 5;       // copies 3 steps ahead, 1 product in flight
 inline constexpr int cuda_wgmma_row_bytes = 128;  // of k per operand row and stage, any type
 inline constexpr int cuda_wgmma_bk = 64;  // k per stage for 16-bit elements (the mn-major tiles)
 inline constexpr int cuda_wgmma_tile_bytes = cuda_tc_bm * cuda_wgmma_row_bytes;  // operand, stage
@@ -151,7 +153,7 @@ __global__ void __launch_bounds__(cuda_wgmma_threads, 1)
     for (int i = 0; i < 64; ++i) acc[i] = Acc(0);
 
     if (p.alpha != Acc(0))
-      cuda_pipelined_k_loop<S>(
+      cuda_pipelined_k_loop<S, 1>(  // one group of wgmma left in flight per warpgroup
           steps,
           [&](int64_t kt) {
             E* const as = smem + slot(kt);
@@ -174,8 +176,11 @@ __global__ void __launch_bounds__(cuda_wgmma_threads, 1)
               cuda_wgmma_m64n128<In, ACol, !BCol>(acc, cuda_wgmma_a_desc<ACol>(as, wg, s),
                                                   cuda_wgmma_b_desc<BCol>(bs, s));
             cuda_wgmma_commit();
-            cuda_wgmma_wait<0>();  // the slot is rewritten the step after next
+            // Step kt - 1's group is done: its slot may be rewritten once every warpgroup has
+            // passed the next barrier. Step kt's reads its slot while the next step's copies land.
+            cuda_wgmma_wait<1>();
           });
+    cuda_wgmma_wait<0>();  // the accumulators are complete
     // Epilogue from the registers (cuda_wgmma_m64n128's layout).
     const int64_t r0 = m0 + 64 * wg + 16 * (l / 32) + l % 32 / 4, c0 = n0 + l % 4 * 2;
 #pragma unroll

@@ -14,7 +14,9 @@
 // with CMAKE_CUDA_ARCHITECTURES=90a); elsewhere these wrappers trap, and the dispatch never
 // reaches them (cuda_wgmma_built). The host emulation of the CUDA runtime (tests/cuda_emu)
 // models the instruction by decoding the descriptors and the swizzle as the ISA specifies them,
-// so a kernel that lays out its tiles or builds its descriptors wrongly fails its tests there.
+// so a kernel that lays out its tiles or builds its descriptors wrongly fails its tests there;
+// and it runs each wgmma only when a wait_group lets it complete, so a kernel that waits too
+// little (rewrites a stage, or reads accumulators, that a wgmma in flight still uses) fails too.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -69,6 +71,7 @@ __device__ __forceinline__ void cuda_wgmma_fence() {
 /// wgmma.commit_group: closes the group of this warpgroup's wgmma.mma_async issued since the last.
 __device__ __forceinline__ void cuda_wgmma_commit() {
 #if defined(TESSERA_CUDA_HOST_EMULATION)
+  tessera_cuda_emulation::wgmma_commit();
 #elif TESSERA_CUDA_WGMMA
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 #else
@@ -81,6 +84,7 @@ __device__ __forceinline__ void cuda_wgmma_commit() {
 template <int Pending>
 __device__ __forceinline__ void cuda_wgmma_wait() {
 #if defined(TESSERA_CUDA_HOST_EMULATION)
+  tessera_cuda_emulation::wgmma_wait(Pending);
 #elif TESSERA_CUDA_WGMMA
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(Pending) : "memory");
 #else
