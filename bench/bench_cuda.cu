@@ -9,9 +9,10 @@
 //                                     row-major because cublasLt's fp8 wants the TN layout);
 //                                     for tf32, fp16 and bf16 squares also tessera_staged: the
 //                                     register-staged tensor-core kernel, with the cp.async
-//                                     pipelines (which tessera rows use) switched off; for fp16,
-//                                     bf16, int8 and fp8 squares also tessera_mma: the mma.sync
-//                                     kernel where tessera rows run wgmma (built for sm_90a); for
+//                                     pipelines (which tessera rows use) switched off; for tf32,
+//                                     fp16, bf16, int8 and fp8 squares also tessera_mma: the
+//                                     mma.sync kernel where tessera rows run wgmma (built for
+//                                     sm_90a; tf32 B packed k-contiguous first); for
 //                                     tf32, fp16 and bf16 squares also tessera_wmma: the WMMA
 //                                     pipeline where tessera rows run mma.sync; for int8 and fp8
 //                                     squares also tessera_staged (the register-staged WMMA
@@ -20,9 +21,8 @@
 //                                     tessera_tn: B handed over k-contiguous (the transposed view
 //                                     of a copy of Bᵀ, the same values), which the pipelined
 //                                     kernels read in place where tessera rows first pack B
-//                                     (int8), or which takes tf32 to wgmma (built for sm_90a;
-//                                     elsewhere mma.sync with B's fragments by ldmatrix) where
-//                                     tessera rows run mma.sync with 32-bit loads of B
+//                                     (int8; tf32 on wgmma), or read by ldmatrix rather than
+//                                     32-bit loads (tf32 on mma.sync)
 //
 // Types: fp32 (SIMT), tf32 (float in and out; tessera under set_float32_matmul_precision(high),
 // cuBLAS with CUBLAS_COMPUTE_32F_FAST_TF32), fp16 and bf16 (fp16/bf16 out, float accumulation),
@@ -258,8 +258,8 @@ void cublas_gemm(const gemm_inputs<K>& in, const DevT<typename gemm_types<K>::ou
 /// mma.sync kernel where the wgmma one would run (built for sm_90a; elsewhere the same kernel
 /// as tessera); tessera_wmma: the WMMA pipeline where the mma.sync kernel would run (tf32, fp16,
 /// bf16); tessera_staged: the register-staged kernel (pipelines off); tessera_tn: the default
-/// choice with B given k-contiguous (int8: no pack; tf32: wgmma, which takes only k-contiguous
-/// tf32 operands, or else mma.sync with B's fragments by ldmatrix rather than 32-bit loads).
+/// choice with B given k-contiguous (int8, and tf32 on wgmma: no pack; tf32 on mma.sync: B's
+/// fragments by ldmatrix rather than 32-bit loads).
 enum class impl { tessera, tessera_mma, tessera_wmma, tessera_staged, tessera_tn, cublas };
 
 template <kind K>
@@ -307,7 +307,7 @@ void add_gemm(const char* type, int64_t m, int64_t k, int64_t n, double tol, int
   constexpr bool has_tn = K == kind::int8 || K == kind::tf32;
   // Kinds where tessera rows (B row-major) run wgmma when built for sm_90a.
   constexpr bool has_wgmma =
-      K == kind::fp16 || K == kind::bf16 || K == kind::int8 || K == kind::fp8;
+      K == kind::tf32 || K == kind::fp16 || K == kind::bf16 || K == kind::int8 || K == kind::fp8;
   for (impl who : {impl::tessera, impl::tessera_mma, impl::tessera_wmma, impl::tessera_staged,
                    impl::tessera_tn, impl::cublas}) {
     if ((who == impl::tessera_staged && !variants) ||

@@ -50,11 +50,11 @@ def gemm_table(rows, out, verdicts):
         m = re.match(r"gemm_(\w+)/(tessera_staged|tessera_mma|tessera_wmma|tessera_tn|tessera|cublas)/(\S+)$", name)
         if m:
             pairs[(m.group(1), m.group(3))][m.group(2)] = r
-    # tessera_mma: the mma.sync kernel where wgmma runs by default (fp16, bf16, int8, fp8 built
-    # for sm_90a); tessera_wmma: the WMMA pipeline where mma.sync runs by default (tf32, fp16,
-    # bf16); tessera_staged: the register-staged tensor-core kernel (pipelines off); tessera_tn: B
-    # given k-contiguous (int8: no pack; tf32: wgmma where built for sm_90a, else mma.sync with
-    # ldmatrix rather than 32-bit loads for B's fragments); each when run.
+    # tessera_mma: the mma.sync kernel where wgmma runs by default (built for sm_90a);
+    # tessera_wmma: the WMMA pipeline where mma.sync runs by default (tf32, fp16, bf16);
+    # tessera_staged: the register-staged tensor-core kernel (pipelines off); tessera_tn: B given
+    # k-contiguous (int8 and tf32 on wgmma: no pack; tf32 on mma.sync: ldmatrix rather than
+    # 32-bit loads for B's fragments); each when run.
     out.append("| GEMM | m x k x n | tessera TFLOP/s | cuBLAS TFLOP/s | tessera / cuBLAS | rel_err "
                "| mma.sync TFLOP/s | WMMA pipeline TFLOP/s | register-staged TFLOP/s "
                "| B k-contiguous TFLOP/s |")

@@ -229,17 +229,18 @@ class CudaGemmPipeline : public CudaGemmTf32 {  // float: tf32 tensor cores
     using Cfg = typename d::cuda_tc_select<T, T, float>::type;
     return d::cuda_built_for(d::cuda_gemm_tc<Cfg, T, T>, 80);
   }
-  /// Which pipelines the operands of a product qualify for: none; all but wgmma for tf32 (some
-  /// operand m- or n-contiguous); all (k contiguous in both: A row-major, B column-major).
+  /// Which pipelines the operands of a product qualify for: none; all, tf32 on wgmma only after
+  /// a k-contiguous copy of some operand (m- or n-contiguous); all, read in place (k contiguous
+  /// in both: A row-major, B column-major).
   enum class fits { none, pipelines, k_major };
   /// op (one product on device tensors) against the CPU on each kernel that can take T x T.
   template <class Op, class... X>
   void expect_every_kernel(const std::string& what, fits f, Op op, const X&... xs) {
     namespace d = ts::detail;
-    // wgmma: only where built for sm_90a, and for tf32 only with k contiguous in both operands;
-    // elsewhere that pass runs the mma.sync kernel.
-    const bool wgmma_takes = tensor_cores() && d::cuda_wgmma_built() &&
-                             (!std::is_same_v<T, float> || f == fits::k_major);
+    // wgmma: only where built for sm_90a (elsewhere that pass runs the mma.sync kernel); tf32
+    // operands that are not k-contiguous are packed for it first.
+    constexpr bool tf32 = std::is_same_v<T, float>;
+    const bool wgmma_takes = tensor_cores() && d::cuda_wgmma_built();
     using kernel = d::cuda_gemm_pipeline;  // none: the register-staged kernel
     const auto launches = [](kernel k) { return d::cuda_gemm_choice(k).launches.load(); };
     for (const kernel k : {kernel::wgmma, kernel::mma_sync, kernel::wmma, kernel::none}) {
@@ -247,6 +248,7 @@ class CudaGemmPipeline : public CudaGemmTf32 {  // float: tf32 tensor cores
       const int64_t wgmma_before = launches(kernel::wgmma);
       const int64_t mma_before = launches(kernel::mma_sync);
       const int64_t wmma_before = launches(kernel::wmma);
+      const int64_t packs = d::cuda_gemm_packed_operands().load();
       const char* name = k == kernel::wgmma      ? " (wgmma)"
                          : k == kernel::mma_sync ? " (mma.sync)"
                          : k == kernel::wmma     ? " (WMMA pipeline)"
@@ -261,6 +263,9 @@ class CudaGemmPipeline : public CudaGemmTf32 {  // float: tf32 tensor cores
           << what << name << ": which kernel ran";
       EXPECT_EQ(launches(kernel::wmma) > wmma_before, on && k == kernel::wmma)
           << what << name << ": which kernel ran";
+      EXPECT_EQ(d::cuda_gemm_packed_operands().load() > packs,
+                wgmma_runs && tf32 && f == fits::pipelines)
+          << what << name << ": operands packed";
     }
   }
 };
@@ -586,8 +591,8 @@ TEST(CudaMmaTiles, SwizzlesArePermutationsOfChunksWithoutBankConflicts) {
 
 // tf32 rounding on the pipelined kernels (wgmma, mma.sync, WMMA): each thread rounds what it
 // copied, after its wait. Both tiles of every layout: a kernel that skipped the rounding of one
-// would truncate (the tensor cores ignore the low bits). wgmma takes only the layout with k
-// contiguous in both operands (a, b^T); in the others its pass runs mma.sync.
+// would truncate (the tensor cores ignore the low bits); on wgmma, in the layouts that are not
+// k-contiguous, the operands go through a k-contiguous copy first, which must not round.
 TEST_F(CudaGemmTf32, PipelineInputsRoundToNearestTf32TiesAway) {
   namespace d = ts::detail;
   // 8 x 8 operands (eligible); each output sums 8 products x (1/8), so it equals x as seen by
@@ -603,10 +608,8 @@ TEST_F(CudaGemmTf32, PipelineInputsRoundToNearestTf32TiesAway) {
     d::cuda_gemm_start_at(k);
     for (int layout = 0; layout < 8; ++layout) {
       const auto a = layout & 4 ? eighth : big, b = layout & 4 ? big : eighth;
-      const bool k_major = !(layout & 1) && (layout & 2);
       // The kernel that should run.
-      const kernel runs =
-          k == kernel::wgmma && !(k_major && d::cuda_wgmma_built()) ? kernel::mma_sync : k;
+      const kernel runs = k == kernel::wgmma && !d::cuda_wgmma_built() ? kernel::mma_sync : k;
       const std::string what = std::string(runs == kernel::wgmma      ? "wgmma"
                                            : runs == kernel::mma_sync ? "mma.sync"
                                                                       : "WMMA pipeline") +

@@ -1,13 +1,16 @@
-// tessera/backend/cuda/gemm_pack.cuh - 8-bit GEMM operands copied with k contiguous, for the
-// mma.sync kernel (gemm_mma.cuh), which reads 8-bit fragments only from k-contiguous rows.
+// tessera/backend/cuda/gemm_pack.cuh - GEMM operands copied with k contiguous: 8-bit ones for
+// the mma.sync kernel (gemm_mma.cuh), which reads 8-bit fragments only from k-contiguous rows,
+// and 8-bit and tf32 ones for the wgmma kernel (gemm_wgmma.cuh), whose instruction transposes
+// only 16-bit operands.
 //
 // Why a pack rather than a transpose inside the product: ldmatrix.trans moves 16-bit elements,
 // so an 8-bit operand whose contiguous direction is m or n would need every fragment's bytes
 // transposed in registers (byte permutes and shuffles next to each mma), or copies through
-// registers that transpose on their way to shared memory, which gives up cp.async. The pack
-// reads and writes the operand once: k x n bytes each way for B, against 2 m n k operations of
-// product, so its share of the time falls as 1 / m (1 / n for A; docs/perf/cuda_gemm.md has the
-// figures).
+// registers that transpose on their way to shared memory, which gives up cp.async; wgmma reads
+// its operands from shared memory itself, in a layout it cannot transpose for these types. The
+// pack reads and writes the operand once: k x n elements each way for B, against 2 m n k
+// operations of product, so its share of the time falls as 1 / m (1 / n for A;
+// docs/perf/cuda_gemm.md has the figures).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -24,21 +27,24 @@
 TESSERA_BEGIN_NAMESPACE
 namespace detail {
 
-inline constexpr int cuda_pack_tile = 64;  // a block moves 64 x 64 bytes at a time
+inline constexpr int cuda_pack_tile = 64;  // a block moves 64 x 64 elements at a time
 inline constexpr int cuda_pack_threads = 256;
 
 /// dst[z][o][kk] = element (o, kk) of batch matrix z of src (src[off(z) + o * s_outer + kk *
-/// s_k]) for o < outer, kk < k, and 0 for k <= kk < ld: rows of ld bytes (a multiple of 16), so
-/// every row starts 16-byte aligned. Each 64 x 64 tile goes through shared memory: read with
-/// consecutive threads along the source's unit stride (k when s_k == 1, else o), written as
-/// 4-byte words along k.
+/// s_k]) for o < outer, kk < k, and 0 for k <= kk < ld: rows of ld elements (16 bytes' worth a
+/// multiple), so every row starts 16-byte aligned. T of 1 or 4 bytes. Each 64 x 64 tile goes
+/// through shared memory: read with consecutive threads along the source's unit stride (k when
+/// s_k == 1, else o), written as 4-byte words along k.
 template <class T>
 __global__ void __launch_bounds__(cuda_pack_threads)
     cuda_pack_k_major(const T* src, int64_t s_outer, int64_t s_k, const int64_t* off, int64_t bs,
                       int64_t batch, int64_t outer, int64_t k, T* dst, int64_t ld) {
-  static_assert(sizeof(T) == 1);
+  static_assert(sizeof(T) == 1 || sizeof(T) == 4);
   constexpr int P = cuda_pack_tile, Threads = cuda_pack_threads;
-  __shared__ __align__(16) T sh[P][P + 4];  // rows of 68 bytes: words stay 4-byte aligned
+  constexpr int W = 4 / static_cast<int>(sizeof(T));  // elements per word
+  // Rows padded by one word: words stay 4-byte aligned, and a column read of 4-byte elements
+  // meets 32 banks.
+  __shared__ __align__(16) T sh[P][P + W];
   const int t = static_cast<int>(threadIdx.x);
   const int64_t tiles_k = (ld + P - 1) / P, tiles = (outer + P - 1) / P * tiles_k;
   const bool along_k = s_k == 1;
@@ -56,8 +62,8 @@ __global__ void __launch_bounds__(cuda_pack_threads)
       }
       __syncthreads();
 #pragma unroll
-      for (int i = 0; i < P * P / 4 / Threads; ++i) {
-        const int w = t + Threads * i, o = w / (P / 4), kk = w % (P / 4) * 4;
+      for (int i = 0; i < P * P / W / Threads; ++i) {
+        const int w = t + Threads * i, o = w / (P / W), kk = w % (P / W) * W;
         const int64_t go = o0 + o, gk = k0 + kk;
         if (go < outer && gk < ld)
           *reinterpret_cast<uint32_t*>(d + go * ld + gk) =
@@ -68,8 +74,8 @@ __global__ void __launch_bounds__(cuda_pack_threads)
   }
 }
 
-/// How many 8-bit operands this process has packed for the mma.sync kernel (tests check which
-/// operands were read in place).
+/// How many operands this process has packed k-contiguous (8-bit ones for the pipelined
+/// kernels, tf32 ones for wgmma; tests check which operands were read in place).
 inline std::atomic<int64_t>& cuda_gemm_packed_operands() {
   static std::atomic<int64_t> n{0};
   return n;
@@ -93,9 +99,11 @@ struct cuda_gemm_operand {
 template <class T>
 cuda_gemm_operand<T> cuda_pack_operand(const cuda_gemm_operand<T>& v, int64_t batch, int64_t outer,
                                        int64_t k, std::optional<cuda_scratch>& scratch) {
-  const int64_t ld = (k + 15) / 16 * 16;
+  constexpr int64_t chunk = 16 / sizeof(T);  // elements per 16 bytes
+  const int64_t ld = (k + chunk - 1) / chunk * chunk;
   const int64_t copies = v.off || v.bs ? batch : 1;
-  T* dst = static_cast<T*>(scratch.emplace(static_cast<size_t>(copies * outer * ld)).get());
+  T* dst =
+      static_cast<T*>(scratch.emplace(static_cast<size_t>(copies * outer * ld) * sizeof(T)).get());
   const int64_t tiles =
       (outer + cuda_pack_tile - 1) / cuda_pack_tile * ((ld + cuda_pack_tile - 1) / cuda_pack_tile);
   const dim3 grid(cuda_grid(tiles * cuda_pack_threads, cuda_pack_threads),

@@ -3,9 +3,9 @@
 // bfloat16 and (under set_float32_matmul_precision(high)) float x float when both operands are
 // row- or column-major with 16-byte aligned rows; and the dispatch among the pipelined kernels
 // (cuda_gemm_try_async), which gives those products to the wgmma kernel (gemm_wgmma.cuh, where
-// built for sm_90a; tf32 only with k contiguous in both operands) first, then to the mma.sync
-// kernel (gemm_mma.cuh). This WMMA pipeline is their fallback and the benchmarks' point of
-// comparison.
+// built for sm_90a; tf32 operands packed k-contiguous first where they are not) first, then to
+// the mma.sync kernel (gemm_mma.cuh). This WMMA pipeline is their fallback and the benchmarks'
+// point of comparison.
 //
 // Why a second kernel beside cuda_gemm_tc: that one takes any strides and any input type by
 // loading through registers, converting on the way (one k step ahead, two shared buffers). When
@@ -187,51 +187,61 @@ bool cuda_gemm_tc_async_launch(dim3 grid, const cuda_gemm_args<TA, TB, typename 
                               batch);
 }
 
+/// p with both operands k-contiguous with 16-byte aligned rows (A row-major, B column-major): each
+/// read in place when it is so already, else from a k-contiguous copy (cuda_pack_operand) in
+/// packed_a / packed_b, which must live until the product has been launched.
+template <class TA, class TB, class Acc, class TC>
+cuda_gemm_args<TA, TB, Acc, TC> cuda_gemm_k_major(const gemm_problem<TA, TB, Acc, TC>& pr,
+                                                  cuda_gemm_args<TA, TB, Acc, TC> p,
+                                                  std::optional<cuda_scratch>& packed_a,
+                                                  std::optional<cuda_scratch>& packed_b) {
+  if (p.alpha == Acc(0)) return p;  // neither operand is read
+  // Operand v (outer rows of k, host batch offsets host_off) as the kernel reads it.
+  const auto k_major = [&](auto v, const int64_t* host_off, int64_t outer,
+                           std::optional<cuda_scratch>& scratch) {
+    bool outer_contiguous = false;
+    if (cuda_tc_async_fits(v.x, v.s_outer, v.s_k, host_off, v.bs, pr.batch, int64_t{sizeof(*v.x)},
+                           outer_contiguous) &&
+        !outer_contiguous)
+      return v;
+    return cuda_pack_operand(v, pr.batch, outer, p.k, scratch);
+  };
+  const auto a = k_major(cuda_gemm_operand<TA>{p.a, p.a_rs, p.a_cs, p.a_off, p.a_bs}, pr.a_offsets,
+                         p.m, packed_a);
+  p.a = a.x, p.a_rs = a.s_outer, p.a_cs = a.s_k, p.a_off = a.off, p.a_bs = a.bs;
+  const auto b = k_major(cuda_gemm_operand<TB>{p.b, p.b_cs, p.b_rs, p.b_off, p.b_bs}, pr.b_offsets,
+                         p.n, packed_b);
+  p.b = b.x, p.b_cs = b.s_outer, p.b_rs = b.s_k, p.b_off = b.off, p.b_bs = b.bs;
+  return p;
+}
+
 /// Runs an 8-bit product (In = signed / unsigned char, float8_e4m3, float8_e5m2) on the wgmma
-/// kernel where built for sm_90a, else on the mma.sync kernel, reading each operand in place when
-/// its k is contiguous with 16-byte aligned rows (A row-major, B column-major), else from a
-/// k-contiguous copy (cuda_pack_operand); false when both kernels are switched off or not built
-/// for an architecture with In's instruction, or their shared memory is refused.
+/// kernel where built for sm_90a, else on the mma.sync kernel, both operands k-contiguous
+/// (cuda_gemm_k_major); false when both kernels are switched off or not built for an
+/// architecture with In's instruction, or their shared memory is refused.
 template <class In, class TA, class TB, class Acc, class TC>
-bool cuda_gemm_try_mma8(const gemm_problem<TA, TB, Acc, TC>& pr, cuda_gemm_args<TA, TB, Acc, TC> p,
-                        dim3 grid) {
+bool cuda_gemm_try_mma8(const gemm_problem<TA, TB, Acc, TC>& pr,
+                        const cuda_gemm_args<TA, TB, Acc, TC>& p, dim3 grid) {
   // Once per kernel (per process, like the other kernel choices).
   static const bool mma_built =
       cuda_built_for(cuda_gemm_mma<In, TA, TB, false, true, TC>, cuda_mma_op<In>::arch);
   const bool wgmma = cuda_gemm_choice(cuda_gemm_pipeline::wgmma).enabled && cuda_wgmma_built();
   const bool mma = cuda_gemm_choice(cuda_gemm_pipeline::mma_sync).enabled && mma_built;
-  if (!wgmma && !mma) return false;  // before any pack
-  // Operand v (outer rows of k, host batch offsets host_off) as the kernel reads it: in place
-  // when k is contiguous with 16-byte aligned rows and batch matrices, else a packed copy.
-  const auto k_major = [&](auto v, const int64_t* host_off, int64_t outer,
-                           std::optional<cuda_scratch>& scratch) {
-    bool outer_contiguous = false;
-    if (cuda_tc_async_fits(v.x, v.s_outer, v.s_k, host_off, v.bs, pr.batch, 1, outer_contiguous) &&
-        !outer_contiguous)
-      return v;
-    return cuda_pack_operand(v, pr.batch, outer, p.k, scratch);
-  };
+  if (!wgmma && !mma) return false;                // before any pack
   std::optional<cuda_scratch> packed_a, packed_b;  // alive until the product is launched
-  if (p.alpha != Acc(0)) {                         // else neither operand is read
-    const auto a = k_major(cuda_gemm_operand<TA>{p.a, p.a_rs, p.a_cs, p.a_off, p.a_bs},
-                           pr.a_offsets, p.m, packed_a);
-    p.a = a.x, p.a_rs = a.s_outer, p.a_cs = a.s_k, p.a_off = a.off, p.a_bs = a.bs;
-    const auto b = k_major(cuda_gemm_operand<TB>{p.b, p.b_cs, p.b_rs, p.b_off, p.b_bs},
-                           pr.b_offsets, p.n, packed_b);
-    p.b = b.x, p.b_cs = b.s_outer, p.b_rs = b.s_k, p.b_off = b.off, p.b_bs = b.bs;
-  }
-  return (wgmma && cuda_gemm_wgmma_launch<In, false, true>(grid, p, pr.batch)) ||
-         (mma && cuda_gemm_mma_launch<In, false, true>(grid, p, pr.batch));
+  const auto q = cuda_gemm_k_major(pr, p, packed_a, packed_b);
+  return (wgmma && cuda_gemm_wgmma_launch<In, false, true>(grid, q, pr.batch)) ||
+         (mma && cuda_gemm_mma_launch<In, false, true>(grid, q, pr.batch));
 }
 
 /// Runs pr on a pipelined kernel when it qualifies (cuda_tc_async_family, cuda_tc_async_fits
-/// for both operands): the wgmma one where built for sm_90a (gemm_wgmma.cuh; 16-bit inputs in
-/// every layout, tf32 with A row-major and B column-major), then the mma.sync one (gemm_mma.cuh),
-/// then the WMMA one, each unless switched off (cuda_gemm_choice); 8-bit integer products on the
-/// wgmma or mma.sync kernel whatever their layout (cuda_gemm_try_mma8), and so fp8 x fp8
-/// products of one format where a kernel was built for their instructions (sm_90a for wgmma,
-/// sm_89+ for mma.sync; elsewhere they run exactly on the fp16 tensor cores of the
-/// register-staged kernel). False when none runs it.
+/// for both operands): the wgmma one where built for sm_90a (gemm_wgmma.cuh; 16-bit inputs read
+/// in place in every layout, tf32 operands packed k-contiguous where they are not), then the
+/// mma.sync one (gemm_mma.cuh, every operand in place), then the WMMA one, each unless switched
+/// off (cuda_gemm_choice); 8-bit integer products on the wgmma or mma.sync kernel whatever their
+/// layout (cuda_gemm_try_mma8), and so fp8 x fp8 products of one format where a kernel was built
+/// for their instructions (sm_90a for wgmma, sm_89+ for mma.sync; elsewhere they run exactly on
+/// the fp16 tensor cores of the register-staged kernel). False when none runs it.
 template <class Cfg, class TA, class TB, class Acc, class TC>
 bool cuda_gemm_try_async(const gemm_problem<TA, TB, Acc, TC>& pr,
                          const cuda_gemm_args<TA, TB, Acc, TC>& p, dim3 grid) {
@@ -259,14 +269,19 @@ bool cuda_gemm_try_async(const gemm_problem<TA, TB, Acc, TC>& pr,
                   : launch(std::false_type{}, std::false_type{});
     };
     using In = typename Cfg::frag;
-    if (by_layout([&](auto ac, auto bc) {  // tf32: k-contiguous operands only
-          constexpr bool a_col = decltype(ac)::value, b_col = decltype(bc)::value;
-          if constexpr (cuda_mma_op<In>::size == 2 || (!a_col && b_col))
-            return cuda_gemm_wgmma_launch<In, a_col, b_col>(grid, p, pr.batch);
-          else
-            return false;
-        }))
+    if constexpr (std::is_same_v<In, cuda_tf32_tag>) {  // wgmma reads tf32 only k-contiguous
+      if (cuda_gemm_choice(cuda_gemm_pipeline::wgmma).enabled && cuda_wgmma_built()) {
+        std::optional<cuda_scratch> packed_a, packed_b;  // alive until the product is launched
+        if (cuda_gemm_wgmma_launch<In, false, true>(
+                grid, cuda_gemm_k_major(pr, p, packed_a, packed_b), pr.batch))
+          return true;
+      }
+    } else if (by_layout([&](auto ac, auto bc) {
+                 return cuda_gemm_wgmma_launch<In, decltype(ac)::value, decltype(bc)::value>(
+                     grid, p, pr.batch);
+               })) {
       return true;
+    }
     if (by_layout([&](auto ac, auto bc) {
           return cuda_gemm_mma_launch<In, decltype(ac)::value, decltype(bc)::value>(grid, p,
                                                                                     pr.batch);

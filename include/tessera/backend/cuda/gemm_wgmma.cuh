@@ -2,8 +2,8 @@
 // instructions (wgmma.mma_async, device code built for sm_90a), for the inputs the mma.sync
 // kernel takes (cuda_mma_op): half x half and bfloat16 x bfloat16 row- or column-major; tf32
 // (float under set_float32_matmul_precision(high)), int8 x int8, uint8 x uint8 and fp8 x fp8 of
-// one format with k contiguous in both operands (A row-major, B column-major; 8-bit operands
-// are packed so by the dispatch, tf32 ones in other layouts stay on mma.sync); 16-byte aligned
+// one format with k contiguous in both operands (A row-major, B column-major; the dispatch
+// packs those operands so where they are not, cuda_gemm_k_major); 16-byte aligned
 // rows. Where it is built and the device runs it (cuda_wgmma_built), the dispatch gives those
 // products to it before the mma.sync kernel. On sm_90 this is the only native fp8 path: the
 // mma.sync fp8 form is emulated there by the compiler.
