@@ -181,6 +181,31 @@ struct async_copy {
   unsigned bytes;
 };
 
+/// A thread's asynchronous operations of one kind (cp.async copies, wgmma), in groups: issued
+/// ones join the open group; commit closes it; complete(n, finish) finishes every committed
+/// group but the newest n, oldest first (the wait_group instructions).
+template <class Op>
+struct async_groups {
+  std::vector<Op> open;                   // issued, not yet committed
+  std::deque<std::vector<Op>> committed;  // groups, oldest first
+  void commit() {
+    committed.push_back(std::move(open));
+    open.clear();
+  }
+  template <class Finish>
+  void complete(size_t newest_pending, Finish finish) {
+    while (committed.size() > newest_pending) {
+      for (Op& op : committed.front()) finish(op);
+      committed.pop_front();
+    }
+  }
+  bool empty() const { return open.empty() && committed.empty(); }
+  void clear() {
+    open.clear();
+    committed.clear();
+  }
+};
+
 struct fiber {
   ucontext_t ctx;
   std::unique_ptr<char[]> stack;
@@ -188,13 +213,10 @@ struct fiber {
   const char* barrier_file = nullptr;  // where it waits
   int barrier_line = 0;
   void* asan_fake_stack = nullptr;
-  std::vector<async_copy> open;                   // issued, not yet committed
-  std::deque<std::vector<async_copy>> committed;  // groups, oldest first
-  unsigned collectives = 0;                       // warp-collective calls made (warp_share)
-  // wgmma.mma_async of this thread: issued (not yet committed) and committed groups, oldest
-  // first; each runs when a wgmma.wait_group lets its group complete.
-  std::vector<std::function<void()>> wgmma_open;
-  std::deque<std::vector<std::function<void()>>> wgmma_committed;
+  async_groups<async_copy> copies;  // cp.async: each lands when its group completes
+  // wgmma.mma_async: each runs when a wgmma.wait_group lets its group complete.
+  async_groups<std::function<void()>> wgmma;
+  unsigned collectives = 0;  // warp-collective calls made (warp_share)
 };
 
 /// Bytes of a lane's operands in one warp-collective call.
@@ -236,8 +258,7 @@ inline void fiber_main() {
   block_run& r = *running;
   asan_entered(nullptr, &r.scheduler_stack, &r.scheduler_stack_bytes);
   (*r.body)();
-  if (!r.current->open.empty() || !r.current->committed.empty() || !r.current->wgmma_open.empty() ||
-      !r.current->wgmma_committed.empty()) {
+  if (!r.current->copies.empty() || !r.current->wgmma.empty()) {
     // On a GPU the copies would land (and wgmma read shared memory and write its registers) at
     // some later time, perhaps over shared memory that the block has reused since: a kernel must
     // wait for all of them.
@@ -279,8 +300,8 @@ inline void sync_threads(const char* file, int line) {
   f.ctx.uc_link = &r.scheduler;
   makecontext(&f.ctx, fiber_main, 0);
   f.state = fiber::ready;
-  f.open.clear();
-  f.committed.clear();
+  f.copies.clear();
+  f.wgmma.clear();
   f.collectives = 0;
 }
 
@@ -444,26 +465,18 @@ inline void cp_async16(void* dst, const void* src, unsigned bytes) {
     running->failed = true;
     return;
   }
-  f.open.push_back(async_copy{dst, src, bytes});
+  f.copies.open.push_back(async_copy{dst, src, bytes});
 }
 
 /// cp.async.commit_group: the copies issued since the last commit form one group.
-inline void cp_async_commit() {
-  fiber& f = current_fiber("cp.async.commit_group");
-  f.committed.push_back(std::move(f.open));
-  f.open.clear();
-}
+inline void cp_async_commit() { current_fiber("cp.async.commit_group").copies.commit(); }
 
 /// cp.async.wait_group n: every committed group but the newest n has landed.
 inline void cp_async_wait(size_t newest_pending) {
-  fiber& f = current_fiber("cp.async.wait_group");
-  while (f.committed.size() > newest_pending) {
-    for (const async_copy& c : f.committed.front()) {
-      std::memcpy(c.dst, c.src, c.bytes);
-      std::memset(static_cast<unsigned char*>(c.dst) + c.bytes, 0, 16 - c.bytes);
-    }
-    f.committed.pop_front();
-  }
+  current_fiber("cp.async.wait_group").copies.complete(newest_pending, [](const async_copy& c) {
+    std::memcpy(c.dst, c.src, c.bytes);
+    std::memset(static_cast<unsigned char*>(c.dst) + c.bytes, 0, 16 - c.bytes);
+  });
 }
 
 /// wgmma.mma_async of the running thread (mma.h's wgmma_m64nN): `run` reads the shared-memory
@@ -472,23 +485,15 @@ inline void cp_async_wait(size_t newest_pending) {
 /// waiting for the wgmma that read it, or reads its accumulators before the wait, computes
 /// wrong results here.
 inline void wgmma_issue(std::function<void()> run) {
-  current_fiber("wgmma.mma_async").wgmma_open.push_back(std::move(run));
+  current_fiber("wgmma.mma_async").wgmma.open.push_back(std::move(run));
 }
 
 /// wgmma.commit_group: the wgmma issued since the last commit form one group.
-inline void wgmma_commit() {
-  fiber& f = current_fiber("wgmma.commit_group");
-  f.wgmma_committed.push_back(std::move(f.wgmma_open));
-  f.wgmma_open.clear();
-}
+inline void wgmma_commit() { current_fiber("wgmma.commit_group").wgmma.commit(); }
 
 /// wgmma.wait_group n: every committed group but the newest n completes (runs), oldest first.
 inline void wgmma_wait(size_t newest_pending) {
-  fiber& f = current_fiber("wgmma.wait_group");
-  while (f.wgmma_committed.size() > newest_pending) {
-    for (const auto& run : f.wgmma_committed.front()) run();
-    f.wgmma_committed.pop_front();
-  }
+  current_fiber("wgmma.wait_group").wgmma.complete(newest_pending, [](auto& run) { run(); });
 }
 
 /// A warp-collective call (op names it): publishes this lane's `bytes` of operands, waits until

@@ -96,7 +96,7 @@ struct cuda_mma_op {
   static constexpr bool bytes8 = size == 1, fp8 = cuda_is_fp8<In>;
   using elem = std::conditional_t<bytes8, std::uint8_t,  // what the tiles hold
                                   std::conditional_t<tf32, std::uint32_t, std::uint16_t>>;
-  using acc = std::conditional_t<bytes8 && !fp8, int32_t, float>;
+  using acc = typename cuda_tc_input<In>::acc;
   static constexpr int v = 16 / size;
   static constexpr int bk = cuda_mma_row_bytes / size;
   static constexpr int ik = 2 * v;

@@ -33,6 +33,21 @@ namespace detail {
 /// WMMA's types only in device code built for sm_80+ (the kernels, cuda_tc_multiply_step).
 struct cuda_tf32_tag {};
 
+/// Which input type of tessera's raw tensor-core instructions In is (cuda_mma_sync here,
+/// cuda_wgmma_m64n128 in wgmma.cuh), and what it accumulates in: int32 for the 8-bit integers,
+/// float for the others.
+template <class In>
+struct cuda_tc_input {
+  static constexpr bool f16 = std::is_same_v<In, __half>, bf16 = std::is_same_v<In, __nv_bfloat16>;
+  static constexpr bool s8 = std::is_same_v<In, signed char>;
+  static constexpr bool u8 = std::is_same_v<In, unsigned char>;
+  static constexpr bool e4m3 = std::is_same_v<In, float8_e4m3>;
+  static constexpr bool e5m2 = std::is_same_v<In, float8_e5m2>;
+  static constexpr bool tf32 = std::is_same_v<In, cuda_tf32_tag>;
+  static_assert(f16 || bf16 || s8 || u8 || e4m3 || e5m2 || tf32, "not a tensor-core input type");
+  using acc = std::conditional_t<s8 || u8, int32_t, float>;
+};
+
 /// ldmatrix.sync.aligned.m8n8.x4.shared.b16 (Trans: .trans): four 8 x 8 matrices of 16-bit
 /// elements; lanes 8i .. 8i + 7 pass the addresses of matrix i's 8 rows (16 bytes each, 16-byte
 /// aligned, in shared memory). Register i of lane L receives elements 2 (L % 4) and 2 (L % 4) + 1
@@ -86,32 +101,28 @@ __device__ __forceinline__ void cuda_ldmatrix_x4(uint32_t (&r)[4], const void* r
 template <class In, class Acc>
 __device__ __forceinline__ void cuda_mma_sync(Acc (&d)[4], const uint32_t (&a)[4],
                                               const uint32_t (&b)[2]) {
-  constexpr bool f16 = std::is_same_v<In, __half>, bf16 = std::is_same_v<In, __nv_bfloat16>;
-  constexpr bool s8 = std::is_same_v<In, signed char>, u8 = std::is_same_v<In, unsigned char>;
-  constexpr bool e4m3 = std::is_same_v<In, float8_e4m3>, e5m2 = std::is_same_v<In, float8_e5m2>;
-  constexpr bool tf32 = std::is_same_v<In, cuda_tf32_tag>;
-  static_assert(f16 || bf16 || s8 || u8 || e4m3 || e5m2 || tf32);
-  static_assert(std::is_same_v<Acc, std::conditional_t<s8 || u8, int32_t, float>>);
+  using I = cuda_tc_input<In>;
+  static_assert(std::is_same_v<Acc, typename I::acc>);
 #if defined(TESSERA_CUDA_HOST_EMULATION)
-  if constexpr (f16 || bf16)
+  if constexpr (I::f16 || I::bf16)
     tessera_cuda_emulation::mma_m16n8k16<In>(d, a, b);
-  else if constexpr (tf32)
+  else if constexpr (I::tf32)
     tessera_cuda_emulation::mma_m16n8k8_tf32(d, a, b);
   else
     tessera_cuda_emulation::mma_m16n8k32<In>(d, a, b);
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if constexpr (f16)
+  if constexpr (I::f16)
     TESSERA_MMA_SYNC("m16n8k16.row.col.f32.f16.f16.f32", "+f");
-  else if constexpr (bf16)
+  else if constexpr (I::bf16)
     TESSERA_MMA_SYNC("m16n8k16.row.col.f32.bf16.bf16.f32", "+f");
-  else if constexpr (tf32)
+  else if constexpr (I::tf32)
     TESSERA_MMA_SYNC("m16n8k8.row.col.f32.tf32.tf32.f32", "+f");
-  else if constexpr (s8)
+  else if constexpr (I::s8)
     TESSERA_MMA_SYNC("m16n8k32.row.col.s32.s8.s8.s32", "+r");
-  else if constexpr (u8)
+  else if constexpr (I::u8)
     TESSERA_MMA_SYNC("m16n8k32.row.col.s32.u8.u8.s32", "+r");
 #if __CUDA_ARCH__ >= 890
-  else if constexpr (e4m3)
+  else if constexpr (I::e4m3)
     TESSERA_MMA_SYNC("m16n8k32.row.col.f32.e4m3.e4m3.f32", "+f");
   else
     TESSERA_MMA_SYNC("m16n8k32.row.col.f32.e5m2.e5m2.f32", "+f");

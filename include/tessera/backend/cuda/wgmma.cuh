@@ -142,29 +142,25 @@ __device__ __forceinline__ void cuda_fence_proxy_async() {
 /// descriptors.
 template <class In, bool TransA, bool TransB, class Acc>
 __device__ __forceinline__ void cuda_wgmma_m64n128(Acc (&d)[64], uint64_t a, uint64_t b) {
-  constexpr bool f16 = std::is_same_v<In, __half>, bf16 = std::is_same_v<In, __nv_bfloat16>;
-  constexpr bool s8 = std::is_same_v<In, signed char>, u8 = std::is_same_v<In, unsigned char>;
-  constexpr bool e4m3 = std::is_same_v<In, float8_e4m3>, e5m2 = std::is_same_v<In, float8_e5m2>;
-  constexpr bool tf32 = std::is_same_v<In, cuda_tf32_tag>;
-  static_assert(f16 || bf16 || s8 || u8 || e4m3 || e5m2 || tf32);
-  static_assert(std::is_same_v<Acc, std::conditional_t<s8 || u8, int32_t, float>>);
-  static_assert(f16 || bf16 || (!TransA && !TransB), "only 16-bit inputs may be transposed");
+  using I = cuda_tc_input<In>;
+  static_assert(std::is_same_v<Acc, typename I::acc>);
+  static_assert(I::f16 || I::bf16 || (!TransA && !TransB), "only 16-bit inputs may be transposed");
 #if defined(TESSERA_CUDA_HOST_EMULATION)
-  using Emulated = std::conditional_t<tf32, float, In>;  // the emulation reads floats as tf32
+  using Emulated = std::conditional_t<I::tf32, float, In>;  // the emulation reads floats as tf32
   tessera_cuda_emulation::wgmma_m64nN<Emulated>(d, 128, a, b, TransA, TransB);
 #elif TESSERA_CUDA_WGMMA
   constexpr int ta = TransA ? 1 : 0, tb = TransB ? 1 : 0;
-  if constexpr (f16)
+  if constexpr (I::f16)
     TESSERA_WGMMA_M64N128("k16.f32.f16.f16", "+f", ", 1, 1, %67, %68");
-  else if constexpr (bf16)
+  else if constexpr (I::bf16)
     TESSERA_WGMMA_M64N128("k16.f32.bf16.bf16", "+f", ", 1, 1, %67, %68");
-  else if constexpr (tf32)
+  else if constexpr (I::tf32)
     TESSERA_WGMMA_M64N128("k8.f32.tf32.tf32", "+f", ", 1, 1");
-  else if constexpr (e4m3)
+  else if constexpr (I::e4m3)
     TESSERA_WGMMA_M64N128("k32.f32.e4m3.e4m3", "+f", ", 1, 1");
-  else if constexpr (e5m2)
+  else if constexpr (I::e5m2)
     TESSERA_WGMMA_M64N128("k32.f32.e5m2.e5m2", "+f", ", 1, 1");
-  else if constexpr (s8)
+  else if constexpr (I::s8)
     TESSERA_WGMMA_M64N128("k32.s32.s8.s8", "+r", "");
   else
     TESSERA_WGMMA_M64N128("k32.s32.u8.u8", "+r", "");
