@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cstdint>
 #include <optional>
+#include <type_traits>
 
 #include "gemm_args.cuh"
 #include "launch.hpp"
@@ -65,9 +66,12 @@ __global__ void __launch_bounds__(cuda_pack_threads)
       for (int i = 0; i < P * P / W / Threads; ++i) {
         const int w = t + Threads * i, o = w / (P / W), kk = w % (P / W) * W;
         const int64_t go = o0 + o, gk = k0 + kk;
-        if (go < outer && gk < ld)
-          *reinterpret_cast<uint32_t*>(d + go * ld + gk) =
-              *reinterpret_cast<const uint32_t*>(&sh[o][kk]);
+        if (go < outer && gk < ld) {
+          // A word of bytes moves as one uint32 (char storage may be read so); a 4-byte element
+          // moves as itself.
+          using Word = std::conditional_t<sizeof(T) == 4, T, uint32_t>;
+          *reinterpret_cast<Word*>(d + go * ld + gk) = *reinterpret_cast<const Word*>(&sh[o][kk]);
+        }
       }
       __syncthreads();  // the next tile reuses sh
     }
