@@ -286,9 +286,10 @@ template <class In, bool ACol, bool BCol, class TA, class TB, class TC>
 bool cuda_gemm_mma_launch(dim3 grid,
                           const cuda_gemm_args<TA, TB, typename cuda_mma_op<In>::acc, TC>& p,
                           int64_t batch) {
-  return cuda_try_launch_smem(cuda_gemm_choice(cuda_gemm_pipeline::mma_sync), "cuda_gemm_mma",
-                              cuda_gemm_mma<In, TA, TB, ACol, BCol, TC>, grid,
-                              dim3(cuda_mma_threads), cuda_mma_op<In>::smem_bytes, p, batch);
+  return cuda_try_launch_smem<cuda_gemm_mma<In, TA, TB, ACol, BCol, TC>,
+                              cuda_mma_op<In>::smem_bytes>(
+      cuda_gemm_choice(cuda_gemm_pipeline::mma_sync), "cuda_gemm_mma", grid, dim3(cuda_mma_threads),
+      p, batch);
 }
 
 }  // namespace detail

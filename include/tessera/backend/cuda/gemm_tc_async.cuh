@@ -181,37 +181,52 @@ inline bool cuda_tc_async_fits(const void* x, int64_t rs, int64_t cs, const int6
 template <class Cfg, class TA, class TB, bool ACol, bool BCol, class TC>
 bool cuda_gemm_tc_async_launch(dim3 grid, const cuda_gemm_args<TA, TB, typename Cfg::acc, TC>& p,
                                int64_t batch) {
-  return cuda_try_launch_smem(cuda_gemm_choice(cuda_gemm_pipeline::wmma), "cuda_gemm_tc_async",
-                              cuda_gemm_tc_async<Cfg, TA, TB, ACol, BCol, TC>, grid,
-                              dim3(cuda_tc_threads), cuda_tc_async_smem_bytes<Cfg, ACol, BCol>, p,
-                              batch);
+  return cuda_try_launch_smem<cuda_gemm_tc_async<Cfg, TA, TB, ACol, BCol, TC>,
+                              cuda_tc_async_smem_bytes<Cfg, ACol, BCol>>(
+      cuda_gemm_choice(cuda_gemm_pipeline::wmma), "cuda_gemm_tc_async", grid, dim3(cuda_tc_threads),
+      p, batch);
+}
+
+/// Which of a product's operands the pipelined kernels can copy in 16-byte chunks
+/// (cuda_tc_async_fits), and along which direction each is contiguous: found once per product.
+struct cuda_tc_layout {
+  bool a_fits = false, a_col = false;  // A column-major (m-contiguous) rather than row-major
+  bool b_fits = false, b_col = false;  // B column-major (k-contiguous) rather than row-major
+};
+
+/// cuda_tc_async_fits of pr's two operands (p's batch strides; pr's host offset arrays).
+template <class TA, class TB, class Acc, class TC>
+cuda_tc_layout cuda_tc_async_layout(const gemm_problem<TA, TB, Acc, TC>& pr,
+                                    const cuda_gemm_args<TA, TB, Acc, TC>& p) {
+  cuda_tc_layout l;
+  l.a_fits = cuda_tc_async_fits(pr.a, pr.a_rs, pr.a_cs, pr.a_offsets, p.a_bs, pr.batch,
+                                int64_t{sizeof(TA)}, l.a_col);
+  l.b_fits = cuda_tc_async_fits(pr.b, pr.b_rs, pr.b_cs, pr.b_offsets, p.b_bs, pr.batch,
+                                int64_t{sizeof(TB)}, l.b_col);
+  return l;
 }
 
 /// p with both operands k-contiguous with 16-byte aligned rows (A row-major, B column-major): each
-/// read in place when it is so already, else from a k-contiguous copy (cuda_pack_operand) in
-/// packed_a / packed_b, which must live until the product has been launched.
+/// read in place when it is so already (layout l, of p's operands), else from a k-contiguous copy
+/// (cuda_pack_operand) in packed_a / packed_b, which must live until the product has been
+/// launched.
 template <class TA, class TB, class Acc, class TC>
 cuda_gemm_args<TA, TB, Acc, TC> cuda_gemm_k_major(const gemm_problem<TA, TB, Acc, TC>& pr,
                                                   cuda_gemm_args<TA, TB, Acc, TC> p,
+                                                  const cuda_tc_layout& l,
                                                   std::optional<cuda_scratch>& packed_a,
                                                   std::optional<cuda_scratch>& packed_b) {
   if (p.alpha == Acc(0)) return p;  // neither operand is read
-  // Operand v (outer rows of k, host batch offsets host_off) as the kernel reads it.
-  const auto k_major = [&](auto v, const int64_t* host_off, int64_t outer,
-                           std::optional<cuda_scratch>& scratch) {
-    bool outer_contiguous = false;
-    if (cuda_tc_async_fits(v.x, v.s_outer, v.s_k, host_off, v.bs, pr.batch, int64_t{sizeof(*v.x)},
-                           outer_contiguous) &&
-        !outer_contiguous)
-      return v;
-    return cuda_pack_operand(v, pr.batch, outer, p.k, scratch);
-  };
-  const auto a = k_major(cuda_gemm_operand<TA>{p.a, p.a_rs, p.a_cs, p.a_off, p.a_bs}, pr.a_offsets,
-                         p.m, packed_a);
-  p.a = a.x, p.a_rs = a.s_outer, p.a_cs = a.s_k, p.a_off = a.off, p.a_bs = a.bs;
-  const auto b = k_major(cuda_gemm_operand<TB>{p.b, p.b_cs, p.b_rs, p.b_off, p.b_bs}, pr.b_offsets,
-                         p.n, packed_b);
-  p.b = b.x, p.b_cs = b.s_outer, p.b_rs = b.s_k, p.b_off = b.off, p.b_bs = b.bs;
+  if (!(l.a_fits && !l.a_col)) {
+    const auto a = cuda_pack_operand(cuda_gemm_operand<TA>{p.a, p.a_rs, p.a_cs, p.a_off, p.a_bs},
+                                     pr.batch, p.m, p.k, packed_a);
+    p.a = a.x, p.a_rs = a.s_outer, p.a_cs = a.s_k, p.a_off = a.off, p.a_bs = a.bs;
+  }
+  if (!(l.b_fits && l.b_col)) {
+    const auto b = cuda_pack_operand(cuda_gemm_operand<TB>{p.b, p.b_cs, p.b_rs, p.b_off, p.b_bs},
+                                     pr.batch, p.n, p.k, packed_b);
+    p.b = b.x, p.b_cs = b.s_outer, p.b_rs = b.s_k, p.b_off = b.off, p.b_bs = b.bs;
+  }
   return p;
 }
 
@@ -229,7 +244,7 @@ bool cuda_gemm_try_mma8(const gemm_problem<TA, TB, Acc, TC>& pr,
   const bool mma = cuda_gemm_choice(cuda_gemm_pipeline::mma_sync).enabled && mma_built;
   if (!wgmma && !mma) return false;                // before any pack
   std::optional<cuda_scratch> packed_a, packed_b;  // alive until the product is launched
-  const auto q = cuda_gemm_k_major(pr, p, packed_a, packed_b);
+  const auto q = cuda_gemm_k_major(pr, p, cuda_tc_async_layout(pr, p), packed_a, packed_b);
   return (wgmma && cuda_gemm_wgmma_launch<In, false, true>(grid, q, pr.batch)) ||
          (mma && cuda_gemm_mma_launch<In, false, true>(grid, q, pr.batch));
 }
@@ -254,12 +269,9 @@ bool cuda_gemm_try_async(const gemm_problem<TA, TB, Acc, TC>& pr,
     (void)pr, (void)p, (void)grid;
     return false;
   } else {
-    bool acol = false, bcol = false;
-    if (!cuda_tc_async_fits(pr.a, pr.a_rs, pr.a_cs, pr.a_offsets, p.a_bs, pr.batch,
-                            int64_t{sizeof(TA)}, acol) ||
-        !cuda_tc_async_fits(pr.b, pr.b_rs, pr.b_cs, pr.b_offsets, p.b_bs, pr.batch,
-                            int64_t{sizeof(TB)}, bcol))
-      return false;
+    const cuda_tc_layout l = cuda_tc_async_layout(pr, p);
+    if (!l.a_fits || !l.b_fits) return false;
+    const bool acol = l.a_col, bcol = l.b_col;
     // Calls launch(std::bool_constant<ACol>{}, std::bool_constant<BCol>{}) for the layouts found.
     const auto by_layout = [&](auto launch) {
       if (acol)
@@ -273,7 +285,7 @@ bool cuda_gemm_try_async(const gemm_problem<TA, TB, Acc, TC>& pr,
       if (cuda_gemm_choice(cuda_gemm_pipeline::wgmma).enabled && cuda_wgmma_built()) {
         std::optional<cuda_scratch> packed_a, packed_b;  // alive until the product is launched
         if (cuda_gemm_wgmma_launch<In, false, true>(
-                grid, cuda_gemm_k_major(pr, p, packed_a, packed_b), pr.batch))
+                grid, cuda_gemm_k_major(pr, p, l, packed_a, packed_b), pr.batch))
           return true;
       }
     } else if (by_layout([&](auto ac, auto bc) {

@@ -224,9 +224,9 @@ bool cuda_gemm_wgmma_launch(dim3 grid,
                             const cuda_gemm_args<TA, TB, typename cuda_mma_op<In>::acc, TC>& p,
                             int64_t batch) {
   return cuda_wgmma_built() &&
-         cuda_try_launch_smem(cuda_gemm_choice(cuda_gemm_pipeline::wgmma), "cuda_gemm_wgmma",
-                              cuda_gemm_wgmma<In, TA, TB, ACol, BCol, TC>, grid,
-                              dim3(cuda_wgmma_threads), cuda_wgmma_smem_bytes, p, batch);
+         cuda_try_launch_smem<cuda_gemm_wgmma<In, TA, TB, ACol, BCol, TC>, cuda_wgmma_smem_bytes>(
+             cuda_gemm_choice(cuda_gemm_pipeline::wgmma), "cuda_gemm_wgmma", grid,
+             dim3(cuda_wgmma_threads), p, batch);
 }
 
 }  // namespace detail

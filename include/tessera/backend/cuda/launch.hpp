@@ -5,8 +5,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <utility>
 
 #include "error.hpp"
@@ -85,19 +83,13 @@ void cuda_launch_smem(const char* what, void (*kernel)(P...), dim3 grid, dim3 bl
 
 /// Whether kernel may run with `bytes` of dynamic shared memory: above 48 KB this raises its
 /// limit (cudaFuncSetAttribute), and answers false when the device refuses (too little shared
-/// memory per block on this GPU). Asked of the runtime once per kernel and size, then remembered
-/// (per process, not per device, like the GEMM's other kernel choices).
+/// memory per block on this GPU). Asks the runtime each time; cuda_try_launch_smem asks once.
 template <class... P>
 bool cuda_allow_smem(void (*kernel)(P...), int bytes) {
-  static std::mutex mu;
-  static std::map<std::pair<const void*, int>, bool> answers;
-  const std::pair<const void*, int> key{reinterpret_cast<const void*>(kernel), bytes};
-  std::lock_guard lock(mu);
-  if (const auto it = answers.find(key); it != answers.end()) return it->second;
   const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        bytes) == cudaSuccess;
   if (!ok) (void)cudaGetLastError();
-  return answers[key] = ok;
+  return ok;
 }
 
 /// A kernel that dispatch may choose for an op: whether it may (tests and benchmarks switch one
@@ -108,15 +100,19 @@ struct cuda_kernel_choice {
   std::atomic<int64_t> launches{0};
 };
 
-/// Launches kernel as cuda_launch_smem does and counts it in `choice`; false, launching nothing,
-/// when the choice is switched off or the device refuses `bytes` of shared memory (the caller
-/// then falls back to another kernel).
-template <class... P, class... A>
-bool cuda_try_launch_smem(cuda_kernel_choice& choice, const char* what, void (*kernel)(P...),
-                          dim3 grid, dim3 block, int bytes, A&&... args) {
-  if (!choice.enabled.load(std::memory_order_relaxed) || !cuda_allow_smem(kernel, bytes))
-    return false;
-  cuda_launch_smem(what, kernel, grid, block, static_cast<size_t>(bytes), std::forward<A>(args)...);
+/// Launches Kernel as cuda_launch_smem does with Bytes of dynamic shared memory and counts it in
+/// `choice`; false, launching nothing, when the choice is switched off or the device refuses the
+/// shared memory (the caller then falls back to another kernel). The kernel and its size are
+/// template arguments so that the runtime is asked about them once, by a function-local static
+/// (thread-safe, and free afterwards: no lock on the launch path). Once per process, not per
+/// device, like the GEMM's other kernel choices.
+template <auto Kernel, int Bytes, class... A>
+bool cuda_try_launch_smem(cuda_kernel_choice& choice, const char* what, dim3 grid, dim3 block,
+                          A&&... args) {
+  if (!choice.enabled.load(std::memory_order_relaxed)) return false;
+  static const bool allowed = cuda_allow_smem(Kernel, Bytes);
+  if (!allowed) return false;
+  cuda_launch_smem(what, Kernel, grid, block, static_cast<size_t>(Bytes), std::forward<A>(args)...);
   choice.launches.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
