@@ -3,7 +3,12 @@
 // issue's: LeNet, ResNet, VGG, strided and depthwise layers), forward, backward data and
 // backward filter. Names (Google Benchmark appends /manual_time):
 //
-//   conv_<pass>/<math>/<impl>/<shape>   pass fwd | bwd_data | bwd_filter; impl tessera | cudnn
+//   conv_<pass>/<math>/<impl>/<shape>   pass fwd | bwd_data | bwd_filter;
+//                                       impl tessera | tessera_planar | cudnn
+//
+// tessera_planar (tf32 forward and input gradient): the implicit GEMM on planar (NCHW) images
+// through the register-staged kernel, with the pipelined kernels switched off; tessera then
+// runs the channels-last implicit GEMM on them where the channels allow (16 bytes per group).
 //
 // math fp32: float inputs and products (tessera's default; cuDNN with CUDNN_FMA_MATH, which
 // keeps it off the tensor cores); tf32: tessera under set_float32_matmul_precision(high), cuDNN
@@ -168,11 +173,25 @@ struct conv_case {
   }
 };
 
-void bm_conv(benchmark::State& st, const conv_shape& s, pass p, bool tf32, bool tessera) {
+enum class impl { tessera, tessera_planar, cudnn };
+const char* impl_name(impl i) {
+  return i == impl::tessera ? "tessera/" : i == impl::tessera_planar ? "tessera_planar/" : "cudnn/";
+}
+
+void bm_conv(benchmark::State& st, const conv_shape& s, pass p, bool tf32, impl who) {
   const conv_case cc(s, tf32);
   const precision_scope scope(tf32 ? ts::matmul_precision::high : ts::matmul_precision::highest);
+  // tessera_planar: the pipelined GEMM kernels off for this row only.
+  struct kernel_scope {
+    using pipeline = ts::detail::cuda_gemm_pipeline;
+    explicit kernel_scope(impl who) {
+      ts::detail::cuda_gemm_start_at(who == impl::tessera_planar ? pipeline::none
+                                                                 : pipeline::wgmma);
+    }
+    ~kernel_scope() { ts::detail::cuda_gemm_start_at(pipeline::wgmma); }
+  } const kernels(who);
   auto out = poisoned<float>(cc.out_shape(p));
-  if (tessera) {
+  if (who != impl::cudnn) {
     auto ref = poisoned<float>(cc.out_shape(p));
     cc.cudnn(p, ref);
     const auto got = cc.tessera(p, out);
@@ -192,10 +211,12 @@ void add_benchmarks() {
     for (pass p : {pass::fwd, pass::bwd_data, pass::bwd_filter})
       for (const conv_shape& s : bench::all_shapes()) {
         if (p == pass::bwd_data && !s.input_grad) continue;
-        for (bool tessera : {true, false})
+        for (impl who : {impl::tessera, impl::tessera_planar, impl::cudnn}) {
+          if (who == impl::tessera_planar && (!tf32 || p == pass::bwd_filter)) continue;
           add_timed(std::string("conv_") + pass_name(p) + (tf32 ? "/tf32/" : "/fp32/") +
-                        (tessera ? "tessera/" : "cudnn/") + s.name,
-                    30, [=](benchmark::State& st) { bm_conv(st, s, p, tf32, tessera); });
+                        impl_name(who) + s.name,
+                    30, [=](benchmark::State& st) { bm_conv(st, s, p, tf32, who); });
+        }
       }
 }
 

@@ -80,18 +80,22 @@ def gemm_table(rows, out, verdicts):
 def conv_table(rows, out, verdicts):
     pairs = defaultdict(dict)  # (pass, math, shape) -> impl -> row
     for name, r in rows.items():
-        m = re.match(r"conv_(\w+)/(\w+)/(tessera|cudnn)/(\w+)$", name)
+        m = re.match(r"conv_(\w+)/(\w+)/(tessera_planar|tessera|cudnn)/(\w+)$", name)
         if m:
             pairs[(m.group(1), m.group(2), m.group(4))][m.group(3)] = r
-    out.append("| pass | math | shape | tessera TFLOP/s | cuDNN TFLOP/s | tessera / cuDNN | rel_err |")
-    out.append("|---|---|---|---:|---:|---:|---:|")
+    # tessera_planar (tf32): the planar implicit GEMM on the register-staged kernel, where tessera
+    # runs the channels-last one on the pipelined kernels (when the channels allow).
+    out.append("| pass | math | shape | tessera TFLOP/s | cuDNN TFLOP/s | tessera / cuDNN | rel_err "
+               "| planar TFLOP/s |")
+    out.append("|---|---|---|---:|---:|---:|---:|---:|")
     for (p, math, shape), impl in sorted(pairs.items()):
-        t, c = impl.get("tessera"), impl.get("cudnn")
+        t, c, pl = impl.get("tessera"), impl.get("cudnn"), impl.get("tessera_planar")
         tm, cm = median(t), median(c)
         ratio = cm / tm if tm and cm else None
         out.append(f"| {p} | {math} | {shape} | {fmt(t and t.get('TFLOP/s'), '.2f')} | "
                    f"{fmt(c and c.get('TFLOP/s'), '.2f')} | {fmt(ratio, '.2f')} | "
-                   f"{fmt(t and t.get('rel_err'), '.1e')} |")
+                   f"{fmt(t and t.get('rel_err'), '.1e')} | "
+                   f"{fmt(pl and median(pl) and pl.get('TFLOP/s'), '.2f')} |")
         if p == "fwd" and shape.startswith("resnet"):
             verdicts.append((f"conv fwd {math} {shape} >= {CONV_TARGET}x cuDNN", ratio,
                              CONV_TARGET))

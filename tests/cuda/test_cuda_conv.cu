@@ -140,6 +140,97 @@ TYPED_TEST(CudaConv, GradientsThroughLoweringMatchCpu) {
   expect_gradients_match_cpu<TypeParam>("conv2d backward (lowered) ");
 }
 
+// Channels last on the pipelined kernels: half, bfloat16 and (tf32) float convolutions with a
+// multiple of 16 bytes of channels per group copy the images to [n][h][w][c] and the weights to
+// [k][r][s][cg], then gather 16-byte chunks of channels on the wgmma kernel (where built for
+// sm_90a; the host emulation models it) or the mma.sync kernel; with both switched off, the
+// planar implicit GEMM of the register-staged kernel. Small integers: every result equals the
+// CPU's bit for bit. Each case also checks which kernel ran.
+template <class T>
+class CudaConvChannelsLast : public CudaFixture {
+ protected:
+  void SetUp() override {
+    CudaFixture::SetUp();
+    saved_ = ts::get_float32_matmul_precision();
+    ts::set_float32_matmul_precision(ts::matmul_precision::high);  // float: tf32
+  }
+  void TearDown() override {
+    ts::set_float32_matmul_precision(saved_);
+    ts::detail::cuda_gemm_start_at(ts::detail::cuda_gemm_pipeline::wgmma);
+  }
+
+ private:
+  ts::matmul_precision saved_ = ts::matmul_precision::highest;
+};
+using ChannelsLastDtypes = ::testing::Types<ts::half, ts::bfloat16, float>;
+TYPED_TEST_SUITE(CudaConvChannelsLast, ChannelsLastDtypes);
+
+// Tails in pixels, output channels and k; strides, dilation and asymmetric padding (stride 1 and
+// not); groups; a 1x1 stride-2 layer; a long k; several tiles of pixels and of output channels.
+const conv_case channels_last_cases[] = {
+    {{2, 16, 9, 11}, {24, 16, 3, 3}, {.padding = {1, 1}}, "3x3 pad 1"},
+    {{3, 8, 13, 10},
+     {12, 8, 3, 2},
+     {.stride = {2, 1}, .padding = {1, 0}, .dilation = {2, 1}, .padding_end = {0, 2}},
+     "strided dilated asymmetric"},
+    {{2, 8, 9, 10},
+     {4, 8, 3, 2},
+     {.padding = {2, 0}, .dilation = {2, 3}, .padding_end = {1, 3}},
+     "dilated asymmetric stride 1"},
+    {{2, 32, 8, 8}, {16, 16, 3, 3}, {.padding = {1, 1}, .groups = 2}, "groups 2"},
+    {{1, 24, 12, 12}, {130, 24, 1, 1}, {.stride = {2, 2}}, "1x1 stride 2, 130 outputs"},
+    {{2, 64, 6, 6}, {8, 64, 3, 3}, {.padding = {1, 1}}, "64 channels (k = 576)"},
+    {{1, 8, 20, 20}, {8, 8, 3, 3}, {.padding = {1, 1}}, "400 pixels"},
+};
+
+TYPED_TEST(CudaConvChannelsLast, ForwardAndInputGradientOnEveryKernelMatchCpu) {
+  using T = TypeParam;
+  namespace d = ts::detail;
+  using kernel = d::cuda_gemm_pipeline;
+  using Cfg = typename d::cuda_tc_select<T, T, float>::type;
+  const bool tensor_cores = d::cuda_built_for(d::cuda_gemm_tc<Cfg, T, T>, 80);
+  const bool wgmma_takes = tensor_cores && d::cuda_wgmma_built();
+  const auto launches = [](kernel k) { return d::cuda_gemm_choice(k).launches.load(); };
+  uint64_t seed = 900;
+  for (const auto& c : channels_last_cases) {
+    const auto x = ints<T>(c.x, seed++), w = ints<T>(c.w, seed++);
+    const auto bias = ints<T>({c.w[0]}, seed++);
+    auto o = c.o;
+    o.relu = true;
+    const auto want = ts::conv2d(x, w, bias, o);
+    const auto dy = ints<T>(want.shape(), seed++);
+    const bool stride1 = c.o.stride == std::array<int64_t, 2>{1, 1};
+    const auto dx = stride1 ? ts::conv2d_backward_input(dy, w, c.x, c.o) : HostT<T>();
+    expect_mostly_nonzero(ts::conv2d(x, w, bias, c.o), c.name);  // before the ReLU
+    for (const kernel k : {kernel::wgmma, kernel::mma_sync, kernel::none}) {
+      d::cuda_gemm_start_at(k);
+      const std::string what = std::string(c.name) + (k == kernel::wgmma      ? " (wgmma)"
+                                                      : k == kernel::mma_sync ? " (mma.sync)"
+                                                                              : " (planar)");
+      const int64_t wgmma_before = launches(kernel::wgmma), mma_before = launches(kernel::mma_sync);
+      expect_close(ts::conv2d(x.template to<ts::cuda>(), w.template to<ts::cuda>(),
+                              bias.template to<ts::cuda>(), o)
+                       .template to<ts::cpu>(),
+                   want, 0, 0, what + " forward");
+      // One product per group, on the first kernel of the pass that takes it.
+      const int64_t groups = c.o.groups;
+      const bool wgmma_runs = k == kernel::wgmma && wgmma_takes;
+      const bool mma_runs = tensor_cores && k != kernel::none && !wgmma_runs;
+      EXPECT_EQ(launches(kernel::wgmma) - wgmma_before, wgmma_runs ? groups : 0)
+          << what << ": which kernel ran";
+      EXPECT_EQ(launches(kernel::mma_sync) - mma_before, mma_runs ? groups : 0)
+          << what << ": which kernel ran";
+      if (stride1) {  // the input gradient is a stride-1 forward convolution of dy
+        expect_mostly_nonzero(dx, what);
+        expect_close(ts::conv2d_backward_input(dy.template to<ts::cuda>(),
+                                               w.template to<ts::cuda>(), c.x, c.o)
+                         .template to<ts::cpu>(),
+                     dx, 0, 0, what + " input gradient");
+      }
+    }
+  }
+}
+
 TEST_F(CudaConvOps, ConvBiasGradientAndReluMask) {
   const auto dy = ints<float>({5, 7, 13, 17}, 200), y = ints<float>({5, 7, 13, 17}, 201);
   expect_same(

@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "../../detail/conv_problem.hpp"
@@ -179,6 +180,36 @@ __global__ void __launch_bounds__(cuda_conv_threads) cuda_conv_taps(conv_geometr
   }
 }
 
+/// The channels-last implicit-GEMM table of g's taps: one per chunk q of V rows kk = q * V = (i * s
+/// + j) * cg + ci (cg a multiple of V, so a chunk never straddles two taps): its first channel ci
+/// and its (dy, dx). A template only so that the header may define it in every translation unit.
+template <class Tap>
+__global__ void __launch_bounds__(cuda_conv_threads)
+    cuda_conv_chunk_taps(conv_geometry g, int64_t v, Tap* taps) {
+  const int64_t cg = g.c / g.groups, total = cg * g.r * g.s / v;
+  const int64_t step = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t q = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; q < total; q += step) {
+    const int64_t kk = q * v, tap = kk / cg, i = tap / g.s, j = tap % g.s;
+    taps[q] = Tap{static_cast<int32_t>(kk % cg), static_cast<int32_t>(i * g.dil_h),
+                  static_cast<int32_t>(j * g.dil_w), 0};
+  }
+}
+
+/// The implicit-GEMM gather of g's forward product through the tap table `taps`, whose images
+/// have `pixel` elements from one pixel to the next (1: planar; c: channels last).
+inline cuda_conv_gather cuda_conv_gather_for(const conv_geometry& g, const cuda_conv_tap* taps,
+                                             int64_t pixel) {
+  return {taps,
+          static_cast<int32_t>(g.h),
+          static_cast<int32_t>(g.w),
+          static_cast<int32_t>(g.wo),
+          static_cast<int32_t>(g.stride_h),
+          static_cast<int32_t>(g.stride_w),
+          static_cast<int32_t>(g.pad_top),
+          static_cast<int32_t>(g.pad_left),
+          static_cast<int32_t>(pixel)};
+}
+
 /// Whether the implicit GEMM's 32-bit positions hold g: every tap offset within a group's
 /// channels ((ci * h + dy) * w + dx), and every input coordinate an output pixel reaches, below
 /// 2^30.
@@ -264,23 +295,30 @@ struct conv_kernel<cuda> {
 
   /// The forward pass as implicit GEMM: per group, one batched product over every image whose
   /// B operand the GEMM kernels gather from the image as they load it (cuda_conv_gather), so
-  /// no lowered matrix is written or read.
+  /// no lowered matrix is written or read. Channels last on the pipelined tensor-core kernels
+  /// where they take it (run_channels_last), else from the planar images.
   template <class TX, class TW, class Acc>
   static void run_implicit(const detail::conv_forward_problem<TX, TW, Acc>& p) {
+    if (run_channels_last(p)) return;
     const detail::conv_geometry& g = p.g;
-    const int64_t cg = g.c / g.groups, kg = g.k / g.groups, K = cg * g.r * g.s, P = g.ho * g.wo;
+    const int64_t K = g.cg() * g.r * g.s;
     detail::cuda_scratch taps(static_cast<size_t>(K) * sizeof(detail::cuda_conv_tap));
     auto* table = static_cast<detail::cuda_conv_tap*>(taps.get());
     detail::cuda_conv_launch("cuda_conv_taps", detail::cuda_conv_taps<detail::cuda_conv_tap>, K, g,
                              table);
-    const detail::cuda_conv_gather gather{table,
-                                          static_cast<int32_t>(g.h),
-                                          static_cast<int32_t>(g.w),
-                                          static_cast<int32_t>(g.wo),
-                                          static_cast<int32_t>(g.stride_h),
-                                          static_cast<int32_t>(g.stride_w),
-                                          static_cast<int32_t>(g.pad_top),
-                                          static_cast<int32_t>(g.pad_left)};
+    run_gathered(p, detail::cuda_conv_gather_for(g, table, 1), p.w, p.x, g.cg() * g.h * g.w);
+  }
+
+  /// The products of an implicit-GEMM forward pass, one batched over the images per group: the
+  /// weights w ([k][K] row-major), the images through `gather` from `images` (image b at b * c * h
+  /// * w, group grp's first channel grp * group_stride further), bias and ReLU in the epilogue.
+  /// False as cuda_gemm_run<true> (a channels-last gather no kernel took; nothing written).
+  template <class TX, class TW, class Acc>
+  static bool run_gathered(const detail::conv_forward_problem<TX, TW, Acc>& p,
+                           const detail::cuda_conv_gather& gather, const TW* w, const TX* images,
+                           int64_t group_stride) {
+    const detail::conv_geometry& g = p.g;
+    const int64_t kg = g.k / g.groups, K = g.cg() * g.r * g.s, P = g.ho * g.wo;
     std::vector<int64_t> b_off(static_cast<size_t>(g.n)), c_off(static_cast<size_t>(g.n));
     for (int64_t b = 0; b < g.n; ++b) {
       b_off[static_cast<size_t>(b)] = b * g.c * g.h * g.w;
@@ -289,8 +327,8 @@ struct conv_kernel<cuda> {
     for (int64_t grp = 0; grp < g.groups; ++grp) {
       detail::gemm_problem<TW, TX, Acc> q;
       q.m = kg, q.n = P, q.k = K;
-      q.a = p.w + grp * kg * K, q.a_rs = K, q.a_cs = 1;
-      q.b = p.x + grp * cg * g.h * g.w, q.b_rs = P, q.b_cs = 1;  // read through the gather
+      q.a = w + grp * kg * K, q.a_rs = K, q.a_cs = 1;
+      q.b = images + grp * group_stride, q.b_rs = P, q.b_cs = 1;  // read through the gather
       q.c = p.y + grp * kg * P, q.c_rs = P, q.c_cs = 1;
       if (p.bias) {
         q.bias = p.bias + grp * kg, q.bias_stride = 1;
@@ -298,7 +336,48 @@ struct conv_kernel<cuda> {
       }
       q.relu = p.relu;
       q.batch = g.n, q.b_offsets = b_off.data(), q.c_offsets = c_off.data();
-      detail::cuda_gemm_run<true>(q, gather);
+      // A kernel that refuses one group refuses them all (its answers are per process).
+      if (!detail::cuda_gemm_run<true>(q, gather)) return false;
+    }
+    return true;
+  }
+
+  /// The forward pass as implicit GEMM on the pipelined tensor-core kernels (wgmma, mma.sync):
+  /// half x half, bfloat16 x bfloat16, or float x float under tf32, with a multiple of 16 bytes
+  /// of channels per group. Those kernels copy 16-byte chunks, which a planar image has only
+  /// along a row of pixels, where the taps' bounds differ element by element; so the images are
+  /// copied channels last ([n][h][w][c]) and the weights tap-major ([k][r][s][cg]) first (the
+  /// GEMM operands' k-contiguous pack, cuda_pack_operand), and row kk = (i * s + j) * cg + ci of
+  /// the lowered input is then 16-byte chunks of channels of one tap at one pixel, zeros in the
+  /// padding (cuda_copy_conv_tile). False, having written nothing, where this does not apply or
+  /// no such kernel runs (switched off, not built for the device, shared memory refused).
+  template <class TX, class TW, class Acc>
+  static bool run_channels_last(const detail::conv_forward_problem<TX, TW, Acc>& p) {
+    using Cfg = typename detail::cuda_tc_select<TW, TX, Acc>::type;
+    if constexpr (std::is_void_v<Cfg> || !detail::cuda_tc_async_family<Cfg, TW, TX>) {
+      (void)p;
+      return false;
+    } else {
+      const detail::conv_geometry& g = p.g;
+      constexpr int64_t V = 16 / sizeof(TX);  // channels per chunk
+      const int64_t cg = g.cg(), rs = g.r * g.s, K = cg * rs, hw = g.h * g.w;
+      // Channel offsets within an image (32-bit in the taps) stay below 2^30.
+      if (cg % V != 0 || g.c >= (int64_t{1} << 30) / hw ||
+          !detail::cuda_gemm_conv_chunks_ready<Cfg, TW, TX, Acc>())
+        return false;
+      std::optional<detail::cuda_scratch> xs, ws;
+      // x: [n][c][hw] -> [n][hw][c] (operand "pixel o, channel k"); w: [k][cg][rs] -> [k][rs][cg].
+      const auto xt = detail::cuda_pack_operand(
+          detail::cuda_gemm_operand<TX>{p.x, 1, hw, nullptr, g.c * hw}, g.n, hw, g.c, xs);
+      const auto wt = detail::cuda_pack_operand(
+          detail::cuda_gemm_operand<TW>{p.w, 1, rs, nullptr, K}, g.k, rs, cg, ws);
+      detail::cuda_scratch taps(static_cast<size_t>(K / V) * sizeof(detail::cuda_conv_tap));
+      auto* table = static_cast<detail::cuda_conv_tap*>(taps.get());
+      detail::cuda_conv_launch("cuda_conv_chunk_taps",
+                               detail::cuda_conv_chunk_taps<detail::cuda_conv_tap>, K / V, g, V,
+                               table);
+      // On refusal the caller runs every group again on the planar images.
+      return run_gathered(p, detail::cuda_conv_gather_for(g, table, g.c), wt.x, xt.x, cg);
     }
   }
 

@@ -230,10 +230,12 @@ class cuda_batch_offsets {
 /// Runs a gemm_problem on the device (see gemm_kernel<cuda>). With Gather (implicit-GEMM
 /// convolution: only the convolution instantiates it), B is read through `gather` instead of
 /// through pr.b's strides; pr.b then points to the images' first channel of the group, and
-/// pr.b_offsets to each image.
+/// pr.b_offsets to each image. Only the pipelined tensor-core kernels take channels-last images
+/// (gather.pixel > 1): false, having run nothing, when none of them runs the product
+/// (cuda_gemm_try_conv_chunks); true otherwise.
 template <bool Gather, class TA, class TB, class Acc, class TC>
-void cuda_gemm_run(const gemm_problem<TA, TB, Acc, TC>& pr, const cuda_conv_gather& gather = {}) {
-  if (pr.m <= 0 || pr.n <= 0 || pr.batch <= 0) return;
+bool cuda_gemm_run(const gemm_problem<TA, TB, Acc, TC>& pr, const cuda_conv_gather& gather = {}) {
+  if (pr.m <= 0 || pr.n <= 0 || pr.batch <= 0) return true;
   const cuda_batch_offsets off(pr.a_offsets, pr.b_offsets, pr.c_offsets, pr.batch);
   cuda_gemm_args<TA, TB, Acc, TC> p{
       pr.m,           pr.n,           pr.k,           pr.a,    pr.a_rs, pr.a_cs,  pr.b,
@@ -256,14 +258,19 @@ void cuda_gemm_run(const gemm_problem<TA, TB, Acc, TC>& pr, const cuda_conv_gath
     // Once per kernel (not per device: a process is assumed to see one GPU generation).
     static const bool tensor_cores = cuda_built_for(kernel, 80);
     if (tensor_cores && Cfg::allowed()) {
-      if constexpr (!Gather)
-        if (cuda_gemm_try_async<Cfg>(pr, p, grid)) return;
+      if constexpr (Gather) {
+        if (gather.pixel > 1) return cuda_gemm_try_conv_chunks<Cfg>(p, pr.batch, grid);
+      } else if (cuda_gemm_try_async<Cfg>(pr, p, grid)) {
+        return true;
+      }
       cuda_launch("cuda_gemm_tc", kernel, grid, dim3(cuda_tc_threads), p, pr.batch);
-      return;
+      return true;
     }
   }
+  if (Gather && gather.pixel > 1) return false;
   cuda_launch("cuda_gemm_simt", cuda_gemm_simt<TA, TB, Acc, Gather, TC>, grid,
               dim3(cuda_gemm_threads), p, pr.batch);
+  return true;
 }
 
 }  // namespace detail

@@ -1,6 +1,8 @@
 // tessera/backend/cuda/gemm_args.cuh - the arguments of the CUDA GEMM kernels (the SIMT one in
-// gemm.cuh, the tensor-core one in gemm_tc.cuh), their shared epilogue, and the gather through
-// which they read a convolution's B operand straight from the images (implicit GEMM).
+// gemm.cuh, the tensor-core ones in gemm_tc*.cuh, gemm_mma.cuh and gemm_wgmma.cuh), their shared
+// epilogue, and the gathers through which they read a convolution's B operand straight from the
+// images (implicit GEMM): element by element from planar images, or in 16-byte chunks of
+// channels from channels-last copies of them (the pipelined kernels).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,27 +11,37 @@
 #include <type_traits>
 
 #include "../../detail/gemm_problem.hpp"
+#include "async_copy.cuh"
 
 TESSERA_BEGIN_NAMESPACE
 namespace detail {
 
-/// One row kk = (ci * r + i) * s + j of a convolution's lowered input (see cuda_conv_gather):
-/// where tap (ci, i, j) reads relative to an output pixel's top-left input position.
+/// Where a convolution's tap reads relative to an output pixel's top-left input position: one
+/// per row kk = (ci * r + i) * s + j of the lowered input for planar images (offset = ci * h * w +
+/// dy * w + dx), one per 16-byte chunk of rows kk = (i * s + j) * cg + ci for channels-last
+/// images (offset = ci of the chunk's first row). See cuda_conv_gather.
 struct alignas(16) cuda_conv_tap {
-  int32_t offset;  // ci * h * w + dy * w + dx
+  int32_t offset;
   int32_t dy, dx;  // i * dil_h, j * dil_w
   int32_t unused;
 };
 
 /// Implicit GEMM: B of a convolution's forward product gathered from the input image on load
-/// instead of read from a lowered matrix. Element (kk, p) of batch matrix z is
-/// image[taps[kk].offset + y0 * w + x0] with (y0, x0) = (oy * stride_h - pad_top, ox *
-/// stride_w - pad_left), p = oy * wo + ox, or 0 when (y0 + dy, x0 + dx) lies outside the h x w
-/// image; image = b + b_off[z] (the image's first channel of the group).
+/// instead of read from a lowered matrix. Element (kk, p) of batch matrix z reads the image at
+/// input position (y0 + dy, x0 + dx) of tap kk's (dy, dx), with (y0, x0) = (oy * stride_h -
+/// pad_top, ox * stride_w - pad_left), p = oy * wo + ox, or is 0 when that lies outside the h x w
+/// image; image = b + b_off[z] (the image's first channel of the group). Two layouts:
+///  - planar (pixel == 1, NCHW, any kernel with Gather): image[(y0 * w + x0) + taps[kk].offset],
+///    element by element (cuda_conv_gather_load);
+///  - channels last (pixel = the image's channel count, NHWC; the pipelined kernels, B
+///    k-contiguous): image[(y * w + x) * pixel + taps[kk / V].offset + kk % V] in chunks of V =
+///    16 / sizeof(element) channels of one tap (cuda_copy_conv_tile), the group's channels a
+///    multiple of V.
 struct cuda_conv_gather {
-  const cuda_conv_tap* taps = nullptr;  // device array of k entries
+  const cuda_conv_tap* taps = nullptr;  // device array: one per row, or per chunk of rows
   int32_t h = 0, w = 0, wo = 0;
   int32_t stride_h = 1, stride_w = 1, pad_top = 0, pad_left = 0;
+  int32_t pixel = 1;  // elements from one input pixel to the next
 };
 
 /// A gemm_problem as the kernel reads it: the same fields, with the batch offsets as strides
@@ -115,6 +127,55 @@ __device__ __forceinline__ void cuda_conv_gather_load(const T* image, const cuda
         v = cvt(image[corner + t.offset]);
     }
     r[i] = v;
+  }
+}
+
+/// Starts this thread's copies (of Threads) of a channels-last implicit GEMM's (k0, n0) B block
+/// into the shared [BN x BK] k-contiguous tile at b_at(o, i) (o: output pixel n0 + o, i: row k0 +
+/// i): each 16-byte chunk is V channels of one tap at one pixel, read from image (see
+/// cuda_conv_gather), zeros beyond the product and in the padding. k is a multiple of V.
+template <int BN, int BK, int Threads, class E, class At>
+__device__ __forceinline__ void cuda_copy_conv_tile(E* bs, At b_at, const E* image,
+                                                    const cuda_conv_gather& g, int64_t n0,
+                                                    int64_t k0, int64_t n, int64_t k) {
+  constexpr int V = 16 / static_cast<int>(sizeof(E));
+  cuda_each_chunk<BN, BK, E, Threads>([&](int o, int i) {
+    const int64_t p = n0 + o, kk = k0 + i;
+    const E* src = image;  // aligned and valid where nothing is read
+    int bytes = 0;
+    if (p < n && kk < k) {
+      const int oy = static_cast<int>(p / g.wo), ox = static_cast<int>(p - int64_t{oy} * g.wo);
+      const cuda_conv_tap t = g.taps[kk / V];
+      const int y = oy * g.stride_h - g.pad_top + t.dy, x = ox * g.stride_w - g.pad_left + t.dx;
+      if (static_cast<unsigned>(y) < static_cast<unsigned>(g.h) &&
+          static_cast<unsigned>(x) < static_cast<unsigned>(g.w)) {
+        src = image + (int64_t{y} * g.w + x) * g.pixel + t.offset;
+        bytes = 16;
+      }
+    }
+    cuda_cp_async16(bs + b_at(o, i), src, bytes);
+  });
+}
+
+/// One k step's copies of a pipelined kernel (A row-major, or column-major when ACol; B likewise):
+/// cuda_copy_gemm_step of p's m x n x k product at (m0, n0, k0) from a (leading dimension lda) and
+/// b (ldb); with Gather, B is instead a channels-last convolution input gathered through p.conv
+/// (cuda_copy_conv_tile), which needs A row-major and B k-contiguous.
+template <int BM, int BN, int BK, int Threads, bool ACol, bool BCol, bool Gather, class E,
+          class AAt, class BAt, class TA, class TB, class Acc, class TC>
+__device__ __forceinline__ void cuda_copy_pipelined_step(E* as, AAt a_at, E* bs, BAt b_at,
+                                                         const E* a, int64_t lda, const E* b,
+                                                         int64_t ldb,
+                                                         const cuda_gemm_args<TA, TB, Acc, TC>& p,
+                                                         int64_t m0, int64_t n0, int64_t k0) {
+  if constexpr (Gather) {
+    static_assert(!ACol && BCol, "the channels-last gather fills k-contiguous B tiles");
+    (void)ldb;
+    cuda_copy_tile<BM, BK, Threads>(as, a_at, a + m0 * lda + k0, lda, p.m - m0, p.k - k0);
+    cuda_copy_conv_tile<BN, BK, Threads>(bs, b_at, b, p.conv, n0, k0, p.n, p.k);
+  } else {
+    cuda_copy_gemm_step<BM, BN, BK, Threads, ACol, BCol>(as, a_at, bs, b_at, a, lda, b, ldb, m0, n0,
+                                                         k0, p.m, p.n, p.k);
   }
 }
 

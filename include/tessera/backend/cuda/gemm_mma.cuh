@@ -188,8 +188,8 @@ __device__ __forceinline__ void cuda_round_tf32_copies(void* tile, At at) {
 /// row-major and B column-major only), rows and batch matrices 16-byte aligned
 /// (cuda_tc_async_fits). Results as cuda_gemm_tc's, up to the order of float additions inside
 /// one instruction's k for 16-bit, tf32 and fp8 inputs; exact (wrapping) int32 sums for 8-bit
-/// integers.
-template <class In, class TA, class TB, bool ACol, bool BCol, class TC>
+/// integers. With Gather, B is a channels-last convolution input (cuda_copy_pipelined_step).
+template <class In, class TA, class TB, bool ACol, bool BCol, class TC, bool Gather = false>
 __global__ void __launch_bounds__(cuda_mma_threads, 2)
     cuda_gemm_mma(cuda_gemm_args<TA, TB, typename cuda_mma_op<In>::acc, TC> p, int64_t batch) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
@@ -232,9 +232,8 @@ __global__ void __launch_bounds__(cuda_mma_threads, 2)
       cuda_pipelined_k_loop<S>(
           steps,
           [&](int64_t kt) {
-            cuda_copy_gemm_step<BM, BN, BK, T, ACol, BCol>(slot(kt), a_at, slot(kt) + tile, b_at, a,
-                                                           lda, b, ldb, m0, n0, kt * BK, p.m, p.n,
-                                                           p.k);
+            cuda_copy_pipelined_step<BM, BN, BK, T, ACol, BCol, Gather>(
+                slot(kt), a_at, slot(kt) + tile, b_at, a, lda, b, ldb, p, m0, n0, kt * BK);
           },
           [&](int64_t kt) {
             if constexpr (Op::tf32) {  // each thread rounds what it copied, before the barrier
@@ -280,13 +279,14 @@ __global__ void __launch_bounds__(cuda_mma_threads, 2)
 #endif
 }
 
-/// Launches cuda_gemm_mma for one layout pair; false when switched off
+/// Launches cuda_gemm_mma for one layout pair (with Gather: a channels-last convolution,
+/// cuda_copy_pipelined_step); false when switched off
 /// (cuda_gemm_choice(cuda_gemm_pipeline::mma_sync)) or the device refuses its shared memory.
-template <class In, bool ACol, bool BCol, class TA, class TB, class TC>
+template <class In, bool ACol, bool BCol, bool Gather = false, class TA, class TB, class TC>
 bool cuda_gemm_mma_launch(dim3 grid,
                           const cuda_gemm_args<TA, TB, typename cuda_mma_op<In>::acc, TC>& p,
                           int64_t batch) {
-  return cuda_try_launch_smem<cuda_gemm_mma<In, TA, TB, ACol, BCol, TC>,
+  return cuda_try_launch_smem<cuda_gemm_mma<In, TA, TB, ACol, BCol, TC, Gather>,
                               cuda_mma_op<In>::smem_bytes>(
       cuda_gemm_choice(cuda_gemm_pipeline::mma_sync), "cuda_gemm_mma", grid, dim3(cuda_mma_threads),
       p, batch);

@@ -1,7 +1,8 @@
 // tessera/backend/cuda/gemm_pack.cuh - GEMM operands copied with k contiguous: 8-bit ones for
 // the mma.sync kernel (gemm_mma.cuh), which reads 8-bit fragments only from k-contiguous rows,
 // and 8-bit and tf32 ones for the wgmma kernel (gemm_wgmma.cuh), whose instruction transposes
-// only 16-bit operands.
+// only 16-bit operands. The convolution uses the same pack to copy images and weights to the
+// channels-last order its pipelined implicit GEMM reads (conv.cuh).
 //
 // Why a pack rather than a transpose inside the product: ldmatrix.trans moves 16-bit elements,
 // so an 8-bit operand whose contiguous direction is m or n would need every fragment's bytes
@@ -33,14 +34,14 @@ inline constexpr int cuda_pack_threads = 256;
 
 /// dst[z][o][kk] = element (o, kk) of batch matrix z of src (src[off(z) + o * s_outer + kk *
 /// s_k]) for o < outer, kk < k, and 0 for k <= kk < ld: rows of ld elements (16 bytes' worth a
-/// multiple), so every row starts 16-byte aligned. T of 1 or 4 bytes. Each 64 x 64 tile goes
+/// multiple), so every row starts 16-byte aligned. T of 1, 2 or 4 bytes. Each 64 x 64 tile goes
 /// through shared memory: read with consecutive threads along the source's unit stride (k when
-/// s_k == 1, else o), written as 4-byte words along k.
+/// s_k == 1, else o), written a 4-byte word per thread along k.
 template <class T>
 __global__ void __launch_bounds__(cuda_pack_threads)
     cuda_pack_k_major(const T* src, int64_t s_outer, int64_t s_k, const int64_t* off, int64_t bs,
                       int64_t batch, int64_t outer, int64_t k, T* dst, int64_t ld) {
-  static_assert(sizeof(T) == 1 || sizeof(T) == 4);
+  static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4);
   constexpr int P = cuda_pack_tile, Threads = cuda_pack_threads;
   constexpr int W = 4 / static_cast<int>(sizeof(T));  // elements per word
   // Rows padded by one word: words stay 4-byte aligned, and a column read of 4-byte elements
@@ -67,10 +68,15 @@ __global__ void __launch_bounds__(cuda_pack_threads)
         const int w = t + Threads * i, o = w / (P / W), kk = w % (P / W) * W;
         const int64_t go = o0 + o, gk = k0 + kk;
         if (go < outer && gk < ld) {
-          // A word of bytes moves as one uint32 (char storage may be read so); a 4-byte element
-          // moves as itself.
-          using Word = std::conditional_t<sizeof(T) == 4, T, uint32_t>;
-          *reinterpret_cast<Word*>(d + go * ld + gk) = *reinterpret_cast<const Word*>(&sh[o][kk]);
+          // A word of bytes moves as one uint32 (char storage may be read so); wider elements
+          // move as themselves (a pun of them to uint32 would break strict aliasing).
+          if constexpr (sizeof(T) == 1) {
+            *reinterpret_cast<uint32_t*>(d + go * ld + gk) =
+                *reinterpret_cast<const uint32_t*>(&sh[o][kk]);
+          } else {
+#pragma unroll
+            for (int v = 0; v < W; ++v) d[go * ld + gk + v] = sh[o][kk + v];
+          }
         }
       }
       __syncthreads();  // the next tile reuses sh

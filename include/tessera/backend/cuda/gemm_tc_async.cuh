@@ -306,5 +306,40 @@ bool cuda_gemm_try_async(const gemm_problem<TA, TB, Acc, TC>& pr,
   }
 }
 
+/// Whether cuda_gemm_try_conv_chunks may run a product of family Cfg: Cfg allowed (tf32 only
+/// when asked for), and a kernel switched on and built for the device (the shared memory is
+/// asked for at the launch). Lets the convolution skip its channels-last copies where no kernel
+/// would read them.
+template <class Cfg, class TA, class TB, class TC>
+bool cuda_gemm_conv_chunks_ready() {
+  if constexpr (!cuda_tc_async_family<Cfg, TA, TB>) {
+    return false;
+  } else {
+    using In = typename Cfg::frag;
+    // Once per kernel (per process, like the other kernel choices).
+    static const bool mma_built =
+        cuda_built_for(cuda_gemm_mma<In, TA, TB, false, true, TC, true>, 80);
+    return Cfg::allowed() &&
+           ((cuda_gemm_choice(cuda_gemm_pipeline::wgmma).enabled && cuda_wgmma_built()) ||
+            (cuda_gemm_choice(cuda_gemm_pipeline::mma_sync).enabled && mma_built));
+  }
+}
+
+/// Runs a channels-last implicit-GEMM convolution (p.conv.pixel > 1: A row-major, B gathered
+/// k-contiguous, see cuda_conv_gather) on the wgmma kernel where built for sm_90a, else on the
+/// mma.sync kernel; false, having launched nothing, when Cfg is not one of their input families
+/// (cuda_tc_async_family), or both are switched off or refuse their shared memory.
+template <class Cfg, class TA, class TB, class Acc, class TC>
+bool cuda_gemm_try_conv_chunks(const cuda_gemm_args<TA, TB, Acc, TC>& p, int64_t batch, dim3 grid) {
+  if constexpr (!cuda_tc_async_family<Cfg, TA, TB>) {
+    (void)p, (void)batch, (void)grid;
+    return false;
+  } else {
+    using In = typename Cfg::frag;
+    return cuda_gemm_wgmma_launch<In, false, true, true>(grid, p, batch) ||
+           cuda_gemm_mma_launch<In, false, true, true>(grid, p, batch);
+  }
+}
+
 }  // namespace detail
 TESSERA_END_NAMESPACE

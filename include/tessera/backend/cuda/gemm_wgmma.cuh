@@ -113,8 +113,9 @@ __host__ __device__ __forceinline__ uint64_t cuda_wgmma_b_desc(uint32_t tile, in
 /// 16-bit inputs may be m- or n-contiguous: the others need A row-major and B column-major),
 /// rows and batch matrices 16-byte aligned (cuda_tc_async_fits). Results as cuda_gemm_mma's:
 /// float sums up to the order of additions within one instruction's k, exact (wrapping) int32
-/// sums for 8-bit integers; tf32 inputs rounded to nearest, ties away, in shared memory.
-template <class In, class TA, class TB, bool ACol, bool BCol, class TC>
+/// sums for 8-bit integers; tf32 inputs rounded to nearest, ties away, in shared memory. With
+/// Gather, B is a channels-last convolution input (cuda_copy_pipelined_step).
+template <class In, class TA, class TB, bool ACol, bool BCol, class TC, bool Gather = false>
 __global__ void __launch_bounds__(cuda_wgmma_threads, 1)
     cuda_gemm_wgmma(cuda_gemm_args<TA, TB, typename cuda_mma_op<In>::acc, TC> p, int64_t batch) {
 #if !TESSERA_CUDA_WGMMA
@@ -157,8 +158,8 @@ __global__ void __launch_bounds__(cuda_wgmma_threads, 1)
           steps,
           [&](int64_t kt) {
             E* const as = smem + slot(kt);
-            cuda_copy_gemm_step<BM, BN, BK, T, ACol, BCol>(as, a_at, as + tile, b_at, a, lda, b,
-                                                           ldb, m0, n0, kt * BK, p.m, p.n, p.k);
+            cuda_copy_pipelined_step<BM, BN, BK, T, ACol, BCol, Gather>(
+                as, a_at, as + tile, b_at, a, lda, b, ldb, p, m0, n0, kt * BK);
           },
           [&](int64_t kt) {
             if constexpr (Op::tf32) {  // each thread rounds what it copied (k-major tiles)
@@ -217,16 +218,18 @@ inline bool cuda_wgmma_built() {
   return built;
 }
 
-/// Launches cuda_gemm_wgmma for one layout pair; false when not built for sm_90a, switched off
+/// Launches cuda_gemm_wgmma for one layout pair (with Gather: a channels-last convolution,
+/// cuda_copy_pipelined_step); false when not built for sm_90a, switched off
 /// (cuda_gemm_choice(cuda_gemm_pipeline::wgmma)) or the device refuses its shared memory.
-template <class In, bool ACol, bool BCol, class TA, class TB, class TC>
+template <class In, bool ACol, bool BCol, bool Gather = false, class TA, class TB, class TC>
 bool cuda_gemm_wgmma_launch(dim3 grid,
                             const cuda_gemm_args<TA, TB, typename cuda_mma_op<In>::acc, TC>& p,
                             int64_t batch) {
   return cuda_wgmma_built() &&
-         cuda_try_launch_smem<cuda_gemm_wgmma<In, TA, TB, ACol, BCol, TC>, cuda_wgmma_smem_bytes>(
-             cuda_gemm_choice(cuda_gemm_pipeline::wgmma), "cuda_gemm_wgmma", grid,
-             dim3(cuda_wgmma_threads), p, batch);
+         cuda_try_launch_smem<cuda_gemm_wgmma<In, TA, TB, ACol, BCol, TC, Gather>,
+                              cuda_wgmma_smem_bytes>(cuda_gemm_choice(cuda_gemm_pipeline::wgmma),
+                                                     "cuda_gemm_wgmma", grid,
+                                                     dim3(cuda_wgmma_threads), p, batch);
 }
 
 }  // namespace detail
