@@ -361,8 +361,9 @@ struct conv_kernel<cuda> {
       const detail::conv_geometry& g = p.g;
       constexpr int64_t V = 16 / sizeof(TX);  // channels per chunk
       const int64_t cg = g.cg(), rs = g.r * g.s, K = cg * rs, hw = g.h * g.w;
-      // Channel offsets within an image (32-bit in the taps) stay below 2^30.
-      if (cg % V != 0 || g.c >= (int64_t{1} << 30) / hw ||
+      // Channel offsets within an image (32-bit in the taps) stay below 2^30; pixel indices
+      // (divided in 32 bits by cuda_copy_conv_tile) below 2^31.
+      if (cg % V != 0 || g.c >= (int64_t{1} << 30) / hw || g.ho * g.wo >= (int64_t{1} << 31) ||
           !detail::cuda_gemm_conv_chunks_ready<Cfg, TW, TX, Acc>())
         return false;
       std::optional<detail::cuda_scratch> xs, ws;

@@ -133,7 +133,8 @@ __device__ __forceinline__ void cuda_conv_gather_load(const T* image, const cuda
 /// Starts this thread's copies (of Threads) of a channels-last implicit GEMM's (k0, n0) B block
 /// into the shared [BN x BK] k-contiguous tile at b_at(o, i) (o: output pixel n0 + o, i: row k0 +
 /// i): each 16-byte chunk is V channels of one tap at one pixel, read from image (see
-/// cuda_conv_gather), zeros beyond the product and in the padding. k is a multiple of V.
+/// cuda_conv_gather), zeros beyond the product and in the padding. k is a multiple of V, n below
+/// 2^31.
 template <int BN, int BK, int Threads, class E, class At>
 __device__ __forceinline__ void cuda_copy_conv_tile(E* bs, At b_at, const E* image,
                                                     const cuda_conv_gather& g, int64_t n0,
@@ -144,7 +145,9 @@ __device__ __forceinline__ void cuda_copy_conv_tile(E* bs, At b_at, const E* ima
     const E* src = image;  // aligned and valid where nothing is read
     int bytes = 0;
     if (p < n && kk < k) {
-      const int oy = static_cast<int>(p / g.wo), ox = static_cast<int>(p - int64_t{oy} * g.wo);
+      // 32-bit division (n, the pixels per image, is below 2^31 here): a 64-bit one is a long
+      // software sequence, and this runs for every chunk of every step.
+      const int pi = static_cast<int>(p), oy = pi / g.wo, ox = pi - oy * g.wo;
       const cuda_conv_tap t = g.taps[kk / V];
       const int y = oy * g.stride_h - g.pad_top + t.dy, x = ox * g.stride_w - g.pad_left + t.dx;
       if (static_cast<unsigned>(y) < static_cast<unsigned>(g.h) &&
