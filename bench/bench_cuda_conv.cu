@@ -4,25 +4,30 @@
 // backward filter. Names (Google Benchmark appends /manual_time):
 //
 //   conv_<pass>/<math>/<impl>/<shape>   pass fwd | bwd_data | bwd_filter;
+//                                       math fp32 | tf32 | fp16 | bf16;
 //                                       impl tessera | tessera_planar | cudnn
 //
-// tessera_planar (tf32 forward and input gradient): the implicit GEMM on planar (NCHW) images
-// through the register-staged kernel, with the pipelined kernels switched off; tessera then
-// runs the channels-last implicit GEMM on them where the channels allow (16 bytes per group).
+// tessera_planar (tf32, fp16 and bf16 forward and input gradient): the implicit GEMM on planar
+// (NCHW) images through the register-staged kernel, with the pipelined kernels switched off;
+// tessera then runs the channels-last implicit GEMM on them where the channels allow (16 bytes
+// per group).
 //
 // math fp32: float inputs and products (tessera's default; cuDNN with CUDNN_FMA_MATH, which
 // keeps it off the tensor cores); tf32: tessera under set_float32_matmul_precision(high), cuDNN
-// with CUDNN_DEFAULT_MATH (tf32 tensor cores on sm_80+). cuDNN's algorithm for each case is the
-// fastest that cudnnFind* measured, with its workspace allocated once. Before timing, every
-// tessera result is checked against cuDNN's on the same inputs (outputs poisoned first): the
-// counter rel_err, and a benchmark beyond its bound fails with a message. Counters: median_us,
-// TFLOP/s (2 * n * k * c/groups * r * s * ho * wo per pass). Without a GPU the program says so
-// and exits 0.
+// with CUDNN_DEFAULT_MATH (tf32 tensor cores on sm_80+); fp16 / bf16: half or bfloat16 tensors
+// (inputs, weights and outputs; NCHW for both libraries), products accumulated in float
+// (cuDNN's pseudo-half configurations, with CUDNN_TENSOR_OP_MATH). cuDNN's algorithm for each
+// case is the fastest that cudnnFind* measured, with its workspace allocated once. Before
+// timing, every tessera result is checked against cuDNN's on the same inputs (outputs poisoned
+// first): the counter rel_err, and a benchmark beyond its bound fails with a message. Counters:
+// median_us, TFLOP/s (2 * n * k * c/groups * r * s * ho * wo per pass). Without a GPU the
+// program says so and exits 0.
 #include <cudnn.h>
 
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "conv_shapes.hpp"
@@ -54,11 +59,34 @@ cudnnHandle_t dnn() {
   return h;
 }
 
-/// One shape's inputs (random normals) and cuDNN's descriptors, algorithms and workspace for
-/// one math mode.
+enum class math { fp32, tf32, fp16, bf16 };
+const char* math_name(math m) {
+  return m == math::fp32 ? "fp32" : m == math::tf32 ? "tf32" : m == math::fp16 ? "fp16" : "bf16";
+}
+
+/// cuDNN's name for the element type T.
+template <class T>
+cudnnDataType_t cudnn_type() {
+  if constexpr (std::is_same_v<T, ts::half>)
+    return CUDNN_DATA_HALF;
+  else if constexpr (std::is_same_v<T, ts::bfloat16>)
+    return CUDNN_DATA_BFLOAT16;
+  else
+    return CUDNN_DATA_FLOAT;
+}
+
+/// Random normals of shape s as T on the device (drawn in float, then rounded).
+template <class T>
+DevT<T> random_tensor(const ts::Shape& s, ts::Generator& g) {
+  return ts::randn<float, ts::cpu>(s, g).astype<T>().template to<ts::cuda>();
+}
+
+/// One shape's inputs (random normals) of element type T and cuDNN's descriptors, algorithms and
+/// workspace for one math mode.
+template <class T>
 struct conv_case {
   conv_shape sh;
-  DevT<float> x, w, dy;
+  DevT<T> x, w, dy;
   cudnnTensorDescriptor_t xd{}, yd{};
   cudnnFilterDescriptor_t wd{};
   cudnnConvolutionDescriptor_t cd{};
@@ -68,29 +96,34 @@ struct conv_case {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 
-  conv_case(const conv_shape& s, bool tf32) : sh(s) {
+  conv_case(const conv_shape& s, math m) : sh(s) {
     ts::Generator g(11 + s.c + s.k);
-    x = ts::randn<float, ts::cpu>({s.n, s.c, s.h, s.w}, g).to<ts::cuda>();
-    w = ts::randn<float, ts::cpu>(s.w_shape(), g).to<ts::cuda>();
-    dy = ts::randn<float, ts::cpu>({s.n, s.k, s.ho(), s.wo()}, g).to<ts::cuda>();
+    x = random_tensor<T>({s.n, s.c, s.h, s.w}, g);
+    w = random_tensor<T>(s.w_shape(), g);
+    dy = random_tensor<T>({s.n, s.k, s.ho(), s.wo()}, g);
+    const cudnnDataType_t type = cudnn_type<T>();
     check(cudnnCreateTensorDescriptor(&xd), "tensor descriptor");
     check(cudnnCreateTensorDescriptor(&yd), "tensor descriptor");
     check(cudnnCreateFilterDescriptor(&wd), "filter descriptor");
     check(cudnnCreateConvolutionDescriptor(&cd), "convolution descriptor");
-    check(cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, int(s.n), int(s.c),
-                                     int(s.h), int(s.w)),
+    check(cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NCHW, type, int(s.n), int(s.c), int(s.h),
+                                     int(s.w)),
           "x descriptor");
-    check(cudnnSetTensor4dDescriptor(yd, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, int(s.n), int(s.k),
-                                     int(s.ho()), int(s.wo())),
+    check(cudnnSetTensor4dDescriptor(yd, CUDNN_TENSOR_NCHW, type, int(s.n), int(s.k), int(s.ho()),
+                                     int(s.wo())),
           "y descriptor");
-    check(cudnnSetFilter4dDescriptor(wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, int(s.k),
-                                     int(s.c / s.groups), int(s.r), int(s.s)),
+    check(cudnnSetFilter4dDescriptor(wd, type, CUDNN_TENSOR_NCHW, int(s.k), int(s.c / s.groups),
+                                     int(s.r), int(s.s)),
           "w descriptor");
     check(cudnnSetConvolution2dDescriptor(cd, int(s.pad), int(s.pad), int(s.stride), int(s.stride),
                                           1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
           "convolution descriptor");
+    // The products accumulate in float (CUDNN_DATA_FLOAT above) for every element type.
     check(cudnnSetConvolutionGroupCount(cd, int(s.groups)), "group count");
-    check(cudnnSetConvolutionMathType(cd, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH), "math type");
+    check(cudnnSetConvolutionMathType(cd, m == math::fp32   ? CUDNN_FMA_MATH
+                                          : m == math::tf32 ? CUDNN_DEFAULT_MATH
+                                                            : CUDNN_TENSOR_OP_MATH),
+          "math type");
     choose_algorithms();
   }
   ~conv_case() {
@@ -140,7 +173,7 @@ struct conv_case {
     throw std::runtime_error(std::string("cuDNN found no ") + what + " algorithm");
   }
 
-  void cudnn(pass p, const DevT<float>& out) const {
+  void cudnn(pass p, const DevT<T>& out) const {
     const float one = 1, zero = 0;
     if (p == pass::fwd)
       check(cudnnConvolutionForward(dnn(), &one, xd, x.data(), wd, w.data(), cd, fwd_algo,
@@ -159,9 +192,9 @@ struct conv_case {
 
   /// tessera's pass into out (forward) or as a new tensor copied into out (the gradients have
   /// no out-parameter form; the copy is outside the timed call).
-  DevT<float> tessera(pass p, const DevT<float>& out) const {
+  DevT<T> tessera(pass p, const DevT<T>& out) const {
     if (p == pass::fwd) {
-      ts::conv2d(x, w, DevT<float>{}, sh.opts(), out);
+      ts::conv2d(x, w, DevT<T>{}, sh.opts(), out);
       return out;
     }
     if (p == pass::bwd_data) return ts::conv2d_backward_input(dy, w, x.shape(), sh.opts());
@@ -178,9 +211,11 @@ const char* impl_name(impl i) {
   return i == impl::tessera ? "tessera/" : i == impl::tessera_planar ? "tessera_planar/" : "cudnn/";
 }
 
-void bm_conv(benchmark::State& st, const conv_shape& s, pass p, bool tf32, impl who) {
-  const conv_case cc(s, tf32);
-  const precision_scope scope(tf32 ? ts::matmul_precision::high : ts::matmul_precision::highest);
+template <class T>
+void bm_conv(benchmark::State& st, const conv_shape& s, pass p, math m, impl who) {
+  const conv_case<T> cc(s, m);
+  const precision_scope scope(m == math::tf32 ? ts::matmul_precision::high
+                                              : ts::matmul_precision::highest);
   // tessera_planar: the pipelined GEMM kernels off for this row only.
   struct kernel_scope {
     using pipeline = ts::detail::cuda_gemm_pipeline;
@@ -190,14 +225,19 @@ void bm_conv(benchmark::State& st, const conv_shape& s, pass p, bool tf32, impl 
     }
     ~kernel_scope() { ts::detail::cuda_gemm_start_at(pipeline::wgmma); }
   } const kernels(who);
-  auto out = poisoned<float>(cc.out_shape(p));
+  auto out = poisoned<T>(cc.out_shape(p));
   if (who != impl::cudnn) {
-    auto ref = poisoned<float>(cc.out_shape(p));
+    auto ref = poisoned<T>(cc.out_shape(p));
     cc.cudnn(p, ref);
     const auto got = cc.tessera(p, out);
     // float: summation order and cuDNN's algorithm (Winograd and FFT round differently); tf32:
-    // both round inputs to tf32, possibly differently.
-    if (!within(st, rel_err(got, ref), tf32 ? 5e-3 : 1e-4, "cuDNN")) return;
+    // both round inputs to tf32, possibly differently; fp16 / bf16: the outputs' rounding (2^-11
+    // and 2^-8 relative), where the two float sums fall on different sides of a rounding step.
+    const double bound = m == math::fp32   ? 1e-4
+                         : m == math::tf32 ? 5e-3
+                         : m == math::fp16 ? 5e-3
+                                           : 2e-2;
+    if (!within(st, rel_err(got, ref), bound, "cuDNN")) return;
     time_calls(st, [&] { benchmark::DoNotOptimize(cc.tessera(p, out)); });
   } else {
     time_calls(st, [&] { cc.cudnn(p, out); });
@@ -207,15 +247,25 @@ void bm_conv(benchmark::State& st, const conv_shape& s, pass p, bool tf32, impl 
 
 /// Registers every benchmark of this program (called only when a GPU is visible).
 void add_benchmarks() {
-  for (bool tf32 : {false, true})
+  for (math m : {math::fp32, math::tf32, math::fp16, math::bf16})
     for (pass p : {pass::fwd, pass::bwd_data, pass::bwd_filter})
       for (const conv_shape& s : bench::all_shapes()) {
         if (p == pass::bwd_data && !s.input_grad) continue;
         for (impl who : {impl::tessera, impl::tessera_planar, impl::cudnn}) {
-          if (who == impl::tessera_planar && (!tf32 || p == pass::bwd_filter)) continue;
-          add_timed(std::string("conv_") + pass_name(p) + (tf32 ? "/tf32/" : "/fp32/") +
+          // The planar rows are there to compare with the channels-last path, which takes
+          // tensor-core products only, and forward-shaped passes only.
+          if (who == impl::tessera_planar && (m == math::fp32 || p == pass::bwd_filter)) continue;
+          const auto body = [=](benchmark::State& st) {
+            if (m == math::fp16)
+              bm_conv<ts::half>(st, s, p, m, who);
+            else if (m == math::bf16)
+              bm_conv<ts::bfloat16>(st, s, p, m, who);
+            else
+              bm_conv<float>(st, s, p, m, who);
+          };
+          add_timed(std::string("conv_") + pass_name(p) + "/" + math_name(m) + "/" +
                         impl_name(who) + s.name,
-                    30, [=](benchmark::State& st) { bm_conv(st, s, p, tf32, who); });
+                    30, body);
         }
       }
 }
