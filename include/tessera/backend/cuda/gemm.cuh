@@ -105,9 +105,7 @@ __global__ void __launch_bounds__(cuda_gemm_threads)
   const int t = threadIdx.x, tx = t % 16, ty = t / 16;
   const int64_t m0 = int64_t{blockIdx.y} * BM, n0 = int64_t{blockIdx.x} * BN;
   for (int64_t z = blockIdx.z; z < batch; z += gridDim.z) {
-    const TA* a = p.a + cuda_batch_offset(p.a_off, p.a_bs, z);
-    const TB* b = p.b + cuda_batch_offset(p.b_off, p.b_bs, z);
-    TC* c = p.c + cuda_batch_offset(p.c_off, p.c_bs, z);
+    const auto [a, b, c] = cuda_batch_matrix_at<TA, TB>(p, z);
     Acc acc[8][8];
 #pragma unroll
     for (int i = 0; i < 8; ++i)

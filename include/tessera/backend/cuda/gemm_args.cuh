@@ -76,6 +76,37 @@ __device__ __forceinline__ int64_t cuda_batch_offset(const int64_t* off, int64_t
   return off ? off[z] : z * stride;
 }
 
+/// Batch matrix z of a product: its A, B and C. The tensor-core kernels read A and B as EA and EB,
+/// their instruction's element types of the same sizes (half and bfloat16 as 16-bit bits, for
+/// instance); the others as TA and TB.
+template <class EA, class EB, class TC>
+struct cuda_batch_matrix {
+  const EA* a;
+  const EB* b;
+  TC* c;
+};
+template <class EA, class EB, class TA, class TB, class Acc, class TC>
+__device__ __forceinline__ cuda_batch_matrix<EA, EB, TC> cuda_batch_matrix_at(
+    const cuda_gemm_args<TA, TB, Acc, TC>& p, int64_t z) {
+  static_assert(sizeof(EA) == sizeof(TA) && sizeof(EB) == sizeof(TB));
+  return {reinterpret_cast<const EA*>(p.a + cuda_batch_offset(p.a_off, p.a_bs, z)),
+          reinterpret_cast<const EB*>(p.b + cuda_batch_offset(p.b_off, p.b_bs, z)),
+          p.c + cuda_batch_offset(p.c_off, p.c_bs, z)};
+}
+
+/// What a pipelined kernel's block knows before its batch loop: the first row and column of its
+/// BM x BN tile, the operands' leading dimensions in global memory (A column-major when ACol, B
+/// k-contiguous when BCol) and the number of BK-deep k steps.
+struct cuda_pipelined_block {
+  int64_t m0, n0, lda, ldb, steps;
+};
+template <int BM, int BN, int BK, bool ACol, bool BCol, class TA, class TB, class Acc, class TC>
+__device__ __forceinline__ cuda_pipelined_block
+cuda_pipelined_block_of(const cuda_gemm_args<TA, TB, Acc, TC>& p) {
+  return {int64_t{blockIdx.y} * BM, int64_t{blockIdx.x} * BN, ACol ? p.a_cs : p.a_rs,
+          BCol ? p.b_cs : p.b_rs, (p.k + BK - 1) / BK};
+}
+
 /// The epilogue of every GEMM kernel for output (gi, gj) of matrix c (inside the product):
 /// c = alpha * acc (+ beta * c) (+ bias) (relu) in Acc, rounded once to TC; beta == 0 never
 /// reads c.

@@ -209,13 +209,9 @@ __global__ void __launch_bounds__(cuda_mma_threads, 2)
   E* const smem = reinterpret_cast<E*>(cuda_dynamic_smem());
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int wm = warp / 2 * 64, wn = warp % 2 * 64;  // the warp's 64 x 64 piece of the tile
-  const int64_t m0 = int64_t{blockIdx.y} * BM, n0 = int64_t{blockIdx.x} * BN;
-  const int64_t lda = ACol ? p.a_cs : p.a_rs, ldb = BCol ? p.b_cs : p.b_rs;  // global
-  const int64_t steps = (p.k + BK - 1) / BK;
+  const auto [m0, n0, lda, ldb, steps] = cuda_pipelined_block_of<BM, BN, BK, ACol, BCol>(p);
   for (int64_t z = blockIdx.z; z < batch; z += gridDim.z) {
-    const E* a = reinterpret_cast<const E*>(p.a + cuda_batch_offset(p.a_off, p.a_bs, z));
-    const E* b = reinterpret_cast<const E*>(p.b + cuda_batch_offset(p.b_off, p.b_bs, z));
-    TC* c = p.c + cuda_batch_offset(p.c_off, p.c_bs, z);
+    const auto [a, b, c] = cuda_batch_matrix_at<E, E>(p, z);
     const auto a_at = [](int o, int i) { return ATile::at(o, i); };
     const auto b_at = [](int o, int i) { return BTile::at(o, i); };
     const auto slot = [&](int64_t kt) { return smem + (kt % S) * 2 * tile; };  // A, then B

@@ -337,9 +337,7 @@ __global__ void __launch_bounds__(cuda_tc_threads)
                           [](int r, int c) { return Cfg::b_at(r, c); });
   };
   for (int64_t z = blockIdx.z; z < batch; z += gridDim.z) {
-    const TA* a = p.a + cuda_batch_offset(p.a_off, p.a_bs, z);
-    const TB* b = p.b + cuda_batch_offset(p.b_off, p.b_bs, z);
-    TC* c = p.c + cuda_batch_offset(p.c_off, p.c_bs, z);
+    const auto [a, b, c] = cuda_batch_matrix_at<TA, TB>(p, z);
     wmma::fragment<wmma::accumulator, 16, 16, FK, Acc> acc[4][2];
 #pragma unroll
     for (int i = 0; i < 4; ++i)

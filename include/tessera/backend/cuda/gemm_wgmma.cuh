@@ -139,13 +139,9 @@ __global__ void __launch_bounds__(cuda_wgmma_threads, 1)
   E* const smem = reinterpret_cast<E*>(raw + pad);  // atom-aligned stages
   const uint32_t smem_address = raw_address + pad;
   const int wg = static_cast<int>(threadIdx.x) / 128, l = static_cast<int>(threadIdx.x) % 128;
-  const int64_t m0 = int64_t{blockIdx.y} * BM, n0 = int64_t{blockIdx.x} * BN;
-  const int64_t lda = ACol ? p.a_cs : p.a_rs, ldb = BCol ? p.b_cs : p.b_rs;  // global
-  const int64_t steps = (p.k + BK - 1) / BK;
+  const auto [m0, n0, lda, ldb, steps] = cuda_pipelined_block_of<BM, BN, BK, ACol, BCol>(p);
   for (int64_t z = blockIdx.z; z < batch; z += gridDim.z) {
-    const E* a = reinterpret_cast<const E*>(p.a + cuda_batch_offset(p.a_off, p.a_bs, z));
-    const E* b = reinterpret_cast<const E*>(p.b + cuda_batch_offset(p.b_off, p.b_bs, z));
-    TC* c = p.c + cuda_batch_offset(p.c_off, p.c_bs, z);
+    const auto [a, b, c] = cuda_batch_matrix_at<E, E>(p, z);
     const auto a_at = [](int o, int i) { return ATile::at(o, i); };
     const auto b_at = [](int o, int i) { return BTile::at(o, i); };
     const auto slot = [&](int64_t kt) { return static_cast<int>(kt % S) * 2 * tile; };  // A, B
