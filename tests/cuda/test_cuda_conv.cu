@@ -5,6 +5,8 @@
 // average pooling divides, so it is compared to rounding. Every test skips, with a message, when
 // no CUDA device is visible.
 #include <limits>
+#include <random>
+#include <vector>
 
 #include "cuda_test_util.cuh"
 
@@ -56,6 +58,35 @@ const conv_case conv_cases[] = {
     {{3, 16, 20, 20}, {136, 16, 3, 3}, {.padding = {1, 1}}, "several GEMM tiles"},
     {{0, 3, 5, 5}, {4, 3, 3, 3}, {.padding = {1, 1}}, "empty batch"},
 };
+
+// The gathers' division of pixel indices by the output row length (no device needed: the same
+// constants and formula run on the host). Every divisor up to 2^12 and divisors near powers of
+// two up to 2^31 - 1, each at the edges of its quotients and at random values below 2^31.
+TEST(CudaFastDiv, EqualsIntegerDivisionBelow2To31) {
+  std::vector<uint32_t> divisors;
+  for (uint32_t d = 1; d <= 4096; ++d) divisors.push_back(d);
+  for (int b = 12; b <= 31; ++b)
+    for (int64_t e : {-1, 0, 1, 3}) {
+      const int64_t d = (int64_t{1} << b) + e;
+      if (d < (int64_t{1} << 31)) divisors.push_back(static_cast<uint32_t>(d));
+    }
+  std::mt19937 rng(7);
+  constexpr uint32_t top = (uint32_t{1} << 31) - 1;
+  int64_t checked = 0;
+  for (const uint32_t d : divisors) {
+    const ts::detail::cuda_fast_div div(d);
+    std::vector<uint32_t> qs = {
+        0, 1, d - 1, d, d + 1, 2 * d - 1, top, top - d, top - top % d, top - top % d - 1};
+    for (int i = 0; i < 64; ++i) qs.push_back(rng() & top);
+    for (const uint32_t q : qs) {
+      if (q > top) continue;
+      ASSERT_EQ(div(q), q / d) << q << " / " << d << " (mul " << div.mul << ", shift " << div.shift
+                               << ")";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 4096 * 70);
+}
 
 class CudaConvOps : public CudaFixture {};
 class CudaPoolOps : public CudaFixture {};

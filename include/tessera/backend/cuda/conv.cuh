@@ -202,7 +202,7 @@ inline cuda_conv_gather cuda_conv_gather_for(const conv_geometry& g, const cuda_
   return {taps,
           static_cast<int32_t>(g.h),
           static_cast<int32_t>(g.w),
-          static_cast<int32_t>(g.wo),
+          cuda_fast_div(static_cast<uint32_t>(g.wo)),
           static_cast<int32_t>(g.stride_h),
           static_cast<int32_t>(g.stride_w),
           static_cast<int32_t>(g.pad_top),
@@ -212,13 +212,14 @@ inline cuda_conv_gather cuda_conv_gather_for(const conv_geometry& g, const cuda_
 
 /// Whether the implicit GEMM's 32-bit positions hold g: every tap offset within a group's
 /// channels ((ci * h + dy) * w + dx), and every input coordinate an output pixel reaches, below
-/// 2^30.
+/// 2^30; the output pixels of an image (divided in 32 bits by the gathers) below 2^31.
 inline bool cuda_conv_implicit_fits(const conv_geometry& g) {
   constexpr int64_t lim = int64_t{1} << 30;
   if (g.h <= 0 || g.w <= 0 || g.h >= lim || g.w >= lim || g.pad_top >= lim || g.pad_left >= lim)
     return false;
   if (g.ho * g.stride_h + g.r * g.dil_h >= lim || g.wo * g.stride_w + g.s * g.dil_w >= lim)
     return false;
+  if (g.ho * g.wo >= 2 * lim) return false;
   return (g.cg() * g.h + g.r * g.dil_h) < lim / g.w &&
          (g.cg() * g.h + g.r * g.dil_h) * g.w + g.s * g.dil_w < lim;
 }
@@ -361,9 +362,9 @@ struct conv_kernel<cuda> {
       const detail::conv_geometry& g = p.g;
       constexpr int64_t V = 16 / sizeof(TX);  // channels per chunk
       const int64_t cg = g.cg(), rs = g.r * g.s, K = cg * rs, hw = g.h * g.w;
-      // Channel offsets within an image (32-bit in the taps) stay below 2^30; pixel indices
-      // (divided in 32 bits by cuda_copy_conv_tile) below 2^31.
-      if (cg % V != 0 || g.c >= (int64_t{1} << 30) / hw || g.ho * g.wo >= (int64_t{1} << 31) ||
+      // Channel offsets within an image (32-bit in the taps) stay below 2^30 (pixel indices are
+      // below 2^31: cuda_conv_implicit_fits holds).
+      if (cg % V != 0 || g.c >= (int64_t{1} << 30) / hw ||
           !detail::cuda_gemm_conv_chunks_ready<Cfg, TW, TX, Acc>())
         return false;
       std::optional<detail::cuda_scratch> xs, ws;

@@ -26,6 +26,31 @@ struct alignas(16) cuda_conv_tap {
   int32_t unused;
 };
 
+/// Division of a value below 2^31 by a fixed divisor (1 <= d < 2^31) as a multiply-high, an add
+/// and a shift: the GPU has no integer divider, and a 32-bit division by a kernel argument is a
+/// sequence of about 20 instructions, which the gathers would run for every element or chunk of
+/// every k step. The constants are found once on the host (Granlund and Montgomery's
+/// round-up method): with l = ceil(log2 d) and mul = floor(2^32 (2^l - d) / d) + 1,
+/// floor(q / d) = (mulhi(mul, q) + q) >> l for every q < 2^32; below 2^31 the sum fits 32 bits.
+struct cuda_fast_div {
+  uint32_t d = 1, mul = 1, shift = 0;
+
+  cuda_fast_div() = default;
+  explicit cuda_fast_div(uint32_t divisor) : d(divisor) {
+    while ((uint64_t{1} << shift) < d) ++shift;
+    mul = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << shift) - d)) / d + 1);
+  }
+  /// q / d for 0 <= q < 2^31.
+  __host__ __device__ __forceinline__ uint32_t operator()(uint32_t q) const {
+#ifdef __CUDA_ARCH__
+    const uint32_t high = __umulhi(mul, q);
+#else
+    const auto high = static_cast<uint32_t>((uint64_t{mul} * q) >> 32);
+#endif
+    return (high + q) >> shift;
+  }
+};
+
 /// Implicit GEMM: B of a convolution's forward product gathered from the input image on load
 /// instead of read from a lowered matrix. Element (kk, p) of batch matrix z reads the image at
 /// input position (y0 + dy, x0 + dx) of tap kk's (dy, dx), with (y0, x0) = (oy * stride_h -
@@ -39,7 +64,8 @@ struct alignas(16) cuda_conv_tap {
 ///    multiple of V.
 struct cuda_conv_gather {
   const cuda_conv_tap* taps = nullptr;  // device array: one per row, or per chunk of rows
-  int32_t h = 0, w = 0, wo = 0;
+  int32_t h = 0, w = 0;
+  cuda_fast_div wo;  // output row length: p = oy * wo + ox (p below 2^31)
   int32_t stride_h = 1, stride_w = 1, pad_top = 0, pad_left = 0;
   int32_t pixel = 1;  // elements from one input pixel to the next
 };
@@ -142,8 +168,8 @@ __device__ __forceinline__ void cuda_conv_gather_load(const T* image, const cuda
                                                       Cvt cvt) {
   const int64_t p = n0 + col;
   const bool inside = p < n;
-  const int oy = inside ? static_cast<int>(p / g.wo) : 0;
-  const int ox = inside ? static_cast<int>(p - int64_t{oy} * g.wo) : 0;
+  const int pi = inside ? static_cast<int>(p) : 0;  // n, the pixels per image, is below 2^31
+  const int oy = static_cast<int>(g.wo(pi)), ox = pi - oy * static_cast<int>(g.wo.d);
   const int y0 = oy * g.stride_h - g.pad_top, x0 = ox * g.stride_w - g.pad_left;
   const int64_t corner = int64_t{y0} * g.w + x0;
 #pragma unroll
@@ -176,9 +202,9 @@ __device__ __forceinline__ void cuda_copy_conv_tile(E* bs, At b_at, const E* ima
     const E* src = image;  // aligned and valid where nothing is read
     int bytes = 0;
     if (p < n && kk < k) {
-      // 32-bit division (n, the pixels per image, is below 2^31 here): a 64-bit one is a long
-      // software sequence, and this runs for every chunk of every step.
-      const int pi = static_cast<int>(p), oy = pi / g.wo, ox = pi - oy * g.wo;
+      // n, the pixels per image, is below 2^31: the position fits 32 bits (cuda_fast_div).
+      const int pi = static_cast<int>(p), oy = static_cast<int>(g.wo(pi));
+      const int ox = pi - oy * static_cast<int>(g.wo.d);
       const cuda_conv_tap t = g.taps[kk / V];
       const int y = oy * g.stride_h - g.pad_top + t.dy, x = ox * g.stride_w - g.pad_left + t.dx;
       if (static_cast<unsigned>(y) < static_cast<unsigned>(g.h) &&
