@@ -140,6 +140,10 @@ __global__ void __launch_bounds__(cuda_wgmma_threads, 1)
   const uint32_t smem_address = raw_address + pad;
   const int wg = static_cast<int>(threadIdx.x) / 128, l = static_cast<int>(threadIdx.x) % 128;
   const auto [m0, n0, lda, ldb, steps] = cuda_pipelined_block_of<BM, BN, BK, ACol, BCol>(p);
+  // A warpgroup whose 64 rows lie past the product (m <= 64, or the last row tile) issues no
+  // wgmma: the other has the SM's tensor cores to itself (a convolution with 64 output channels
+  // is such a product at every tile). It still copies and meets every barrier.
+  const bool rows_inside = m0 + 64 * wg < p.m;
   for (int64_t z = blockIdx.z; z < batch; z += gridDim.z) {
     const auto [a, b, c] = cuda_batch_matrix_at<E, E>(p, z);
     const auto a_at = [](int o, int i) { return ATile::at(o, i); };
@@ -165,6 +169,7 @@ __global__ void __launch_bounds__(cuda_wgmma_threads, 1)
             cuda_fence_proxy_async();  // this thread's copies and stores, to wgmma's proxy
           },
           [&](int64_t kt) {
+            if (!rows_inside) return;
             const uint32_t as = smem_address + static_cast<uint32_t>(slot(kt) * Op::size);
             const uint32_t bs = as + cuda_wgmma_tile_bytes;
             cuda_wgmma_fence();
