@@ -42,6 +42,15 @@ class CudaFixture : public ::testing::Test {
   }
 };
 
+/// Splits the k of every pipelined product into n parts (where k has n granules of 128) for
+/// the scope (gemm_split.cuh; 1: never), then lets dispatch decide again.
+struct split_k_scope {
+  explicit split_k_scope(int n) { ts::detail::cuda_gemm_split_k() = n; }
+  ~split_k_scope() { ts::detail::cuda_gemm_split_k() = 0; }
+  split_k_scope(const split_k_scope&) = delete;
+  split_k_scope& operator=(const split_k_scope&) = delete;
+};
+
 /// The dtypes the typed suites run over.
 using Dtypes = ::testing::Types<float, double, ts::half, ts::bfloat16, int32_t>;
 

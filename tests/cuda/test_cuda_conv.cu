@@ -6,6 +6,7 @@
 // no CUDA device is visible.
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_util.cuh"
@@ -233,12 +234,21 @@ TYPED_TEST(CudaConvChannelsLast, ForwardAndInputGradientOnEveryKernelMatchCpu) {
     const bool stride1 = c.o.stride == std::array<int64_t, 2>{1, 1};
     const auto dx = stride1 ? ts::conv2d_backward_input(dy, w, c.x, c.o) : HostT<T>();
     expect_mostly_nonzero(ts::conv2d(x, w, bias, c.o), c.name);  // before the ReLU
-    for (const kernel k : {kernel::wgmma, kernel::mma_sync, kernel::none}) {
+    // The pipelined kernels with k whole and split in 3 parts (where k has 2 granules of 128 or
+    // more: 2 or 3 parts); the planar path never splits.
+    const int64_t k_rows = c.w[1] * c.w[2] * c.w[3];
+    for (const auto& [k, parts] :
+         {std::pair{kernel::wgmma, 1}, std::pair{kernel::wgmma, 3}, std::pair{kernel::mma_sync, 1},
+          std::pair{kernel::mma_sync, 3}, std::pair{kernel::none, 1}}) {
       d::cuda_gemm_start_at(k);
-      const std::string what = std::string(c.name) + (k == kernel::wgmma      ? " (wgmma)"
-                                                      : k == kernel::mma_sync ? " (mma.sync)"
-                                                                              : " (planar)");
+      const split_k_scope split(parts);
+      const std::string what = std::string(c.name) +
+                               (k == kernel::wgmma      ? " (wgmma"
+                                : k == kernel::mma_sync ? " (mma.sync"
+                                                        : " (planar") +
+                               (parts > 1 ? ", k in 3 parts)" : ")");
       const int64_t wgmma_before = launches(kernel::wgmma), mma_before = launches(kernel::mma_sync);
+      const int64_t splits_before = d::cuda_gemm_split_products().load();
       expect_close(ts::conv2d(x.template to<ts::cuda>(), w.template to<ts::cuda>(),
                               bias.template to<ts::cuda>(), o)
                        .template to<ts::cpu>(),
@@ -251,6 +261,9 @@ TYPED_TEST(CudaConvChannelsLast, ForwardAndInputGradientOnEveryKernelMatchCpu) {
           << what << ": which kernel ran";
       EXPECT_EQ(launches(kernel::mma_sync) - mma_before, mma_runs ? groups : 0)
           << what << ": which kernel ran";
+      EXPECT_EQ(d::cuda_gemm_split_products().load() - splits_before,
+                (wgmma_runs || mma_runs) && parts > 1 && k_rows > 128 ? groups : 0)
+          << what << ": products split";
       if (stride1) {  // the input gradient is a stride-1 forward convolution of dy
         expect_mostly_nonzero(dx, what);
         expect_close(ts::conv2d_backward_input(dy.template to<ts::cuda>(),

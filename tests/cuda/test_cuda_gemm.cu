@@ -352,6 +352,47 @@ TYPED_TEST(CudaGemmPipeline, LinearWithBiasAndReluEpilogue) {
       [](const auto& a, const auto& b, const auto& c) { return ts::linear(a, b, c); }, x, w, bias);
 }
 
+// Split k (gemm_split.cuh) on the wgmma and mma.sync kernels (the WMMA pipeline and the
+// register-staged kernel never split): k = 520 (four granules of 128 and 8) in 2 and 5 parts
+// (3 in the convolution tests), the last part's last step partial; b^T read in place; batches with broadcast; gemm's
+// alpha and beta and linear's bias, which cuda_gemm_split_reduce applies after adding the parts.
+TYPED_TEST(CudaGemmPipeline, SplitKMatchesCpuOnBothKernels) {
+  using T = TypeParam;
+  namespace d = ts::detail;
+  using fits = typename TestFixture::fits;
+  const auto mm = [](const auto& x, const auto& y) { return ts::matmul(x, y); };
+  const auto a = small_ints<T>({40, 520}, 431), b = small_ints<T>({520, 40}, 432);
+  const auto bt = small_ints<T>({40, 520}, 433), c = small_ints<T>({40, 40}, 434);
+  const auto a3 = small_ints<T>({2, 1, 24, 520}, 435), b3 = small_ints<T>({3, 520, 16}, 436);
+  const auto bias = small_ints<T>({40}, 437);
+  for (const int parts : {2, 5}) {
+    const split_k_scope split(parts);
+    const std::string tag = " in " + std::to_string(parts) + " parts";
+    const int64_t splits_before = d::cuda_gemm_split_products().load();
+    this->expect_every_kernel("matmul 40x40x520" + tag, fits::pipelines, mm, a, b);
+    this->expect_every_kernel(
+        "matmul b^T" + tag, fits::k_major,
+        [&](const auto& x, const auto& y) { return mm(x, y.transpose(0, 1)); }, a, bt);
+    this->expect_every_kernel("batched broadcast" + tag, fits::pipelines, mm, a3, b3);
+    this->expect_every_kernel(
+        "gemm alpha 0.5 beta -2" + tag, fits::pipelines,
+        [](const auto& x, const auto& y, const auto& z) {
+          auto out = z.clone();
+          ts::gemm(0.5, x, y, -2.0, out);
+          return out;
+        },
+        a, b, c);
+    this->expect_every_kernel(
+        "linear with bias" + tag, fits::k_major,
+        [](const auto& x, const auto& y, const auto& z) { return ts::linear(x, y, z); }, a, bt,
+        bias);
+    // Two passes (wgmma, mma.sync) of five products each, where the tensor cores run.
+    EXPECT_EQ(d::cuda_gemm_split_products().load() - splits_before,
+              TestFixture::tensor_cores() ? 10 : 0)
+        << tag << ": products split";
+  }
+}
+
 // 8-bit inputs on the wgmma kernel (m64n128k32, where built for sm_90a) and the mma.sync kernel
 // (m16n8k32): int8 and uint8 (int32 sums) and, where built for sm_89+ (mma.sync) or sm_90a
 // (wgmma), fp8 e4m3 and e5m2 (float sums). An operand whose k is contiguous with 16-byte aligned
@@ -442,6 +483,27 @@ TYPED_TEST(CudaGemmMma8, EveryLayoutWithTailsMatchesCpu) {
     this->expect_every_kernel(
         what + " a^T b^T", 1 + aligned,
         [&](const auto& x, const auto& y) { return mm(t(x), t(y)); }, at, bt);
+  }
+}
+
+// Split k with 8-bit inputs: k = 528 (four granules of 128 and 16) in 2 and 5 parts; integer
+// sums over the whole range wrap the same however the parts are added.
+TYPED_TEST(CudaGemmMma8, SplitKMatchesCpu) {
+  namespace d = ts::detail;
+  const auto mm = [](const auto& x, const auto& y) { return ts::matmul(x, y); };
+  const auto a = this->ints({40, 528}, 541), b = this->ints({528, 24}, 542);
+  const auto bt = this->ints({24, 528}, 543);
+  for (const int parts : {2, 5}) {
+    const split_k_scope split(parts);
+    const std::string tag = " in " + std::to_string(parts) + " parts";
+    const int64_t splits_before = d::cuda_gemm_split_products().load();
+    this->expect_every_kernel("matmul 40x24x528" + tag, 1, mm, a, b);
+    this->expect_every_kernel(
+        "matmul b^T" + tag, 0,
+        [&](const auto& x, const auto& y) { return mm(x, y.transpose(0, 1)); }, a, bt);
+    EXPECT_EQ(d::cuda_gemm_split_products().load() - splits_before,
+              TestFixture::tensor_cores() ? 4 : 0)
+        << tag << ": products split";
   }
 }
 

@@ -22,9 +22,10 @@ TYPED_TEST(CudaSoftmax, SoftmaxAndLogSoftmaxAlongEveryDim) {
   x = x * T(8);  // wide range: the shift by the maximum matters
   for (int64_t dim : {0, 1, 2, -1}) {
     const std::string d = " dim " + std::to_string(dim);
-    expect_same("softmax" + d, tol, 1e-30, [&](const auto& a) { return ts::softmax(a, dim); }, x);
-    expect_same("log_softmax" + d, tol, tol,
-                [&](const auto& a) { return ts::log_softmax(a, dim); }, x);
+    expect_same(
+        "softmax" + d, tol, 1e-30, [&](const auto& a) { return ts::softmax(a, dim); }, x);
+    expect_same(
+        "log_softmax" + d, tol, tol, [&](const auto& a) { return ts::log_softmax(a, dim); }, x);
   }
 }
 
@@ -54,8 +55,8 @@ TEST_F(CudaLoss, CrossEntropyAndItsGradientMatchCpu) {
         const auto xd = x.to<ts::cuda>();
         const auto ld = l.to<ts::cuda>();
         expect_close(ts::cross_entropy(xd, ld, o).to<ts::cpu>(), want, 1e-5, 1e-6, what);
-        const auto g = r == ts::Reduction::none ? sample<float>({n}, 12)
-                                                : ts::full<float, ts::cpu>({}, 0.75f);
+        const auto g =
+            r == ts::Reduction::none ? sample<float>({n}, 12) : ts::full<float, ts::cpu>({}, 0.75f);
         const auto dx = ts::cross_entropy_backward(g, x, l, o);
         expect_close(ts::cross_entropy_backward(g.to<ts::cuda>(), xd, ld, o).to<ts::cpu>(), dx,
                      1e-5, 1e-7, what + " backward");
@@ -69,8 +70,8 @@ TEST_F(CudaLoss, NllLossAndItsGradientMatchCpu) {
     const ts::NLLLossOptions o{r, 2};
     const auto l = labels_for(n, c, 21, 2);
     const std::string what = "nll_loss reduction " + std::to_string(int(r));
-    expect_same(what, 1e-13, 0, [&](const auto& a, const auto& b) { return ts::nll_loss(a, b, o); },
-                lp, l);
+    expect_same(
+        what, 1e-13, 0, [&](const auto& a, const auto& b) { return ts::nll_loss(a, b, o); }, lp, l);
     const auto g =
         r == ts::Reduction::none ? sample<double>({n}, 22) : ts::full<double, ts::cpu>({}, 2.0);
     const auto want = ts::nll_loss_backward(g, lp.shape(), l, o);

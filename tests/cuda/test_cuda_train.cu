@@ -71,10 +71,13 @@ TEST_F(CudaTrain, SmallCnnWithAdamFollowsTheCpuRun) {
   auto make = [](auto backend) {
     using B = decltype(backend);
     return nn::Sequential<float, B>{nn::Conv2d<float, B>(1, 4, 3, {.padding = {1, 1}}),
-                                    nn::ReLU<float, B>(), nn::MaxPool2d<float, B>(2),
+                                    nn::ReLU<float, B>(),
+                                    nn::MaxPool2d<float, B>(2),
                                     nn::Conv2d<float, B>(4, 6, 3, {.padding = {1, 1}}),
-                                    nn::ReLU<float, B>(), nn::AvgPool2d<float, B>(2),
-                                    nn::Flatten<float, B>(), nn::Linear<float, B>(6 * 2 * 2, 3)};
+                                    nn::ReLU<float, B>(),
+                                    nn::AvgPool2d<float, B>(2),
+                                    nn::Flatten<float, B>(),
+                                    nn::Linear<float, B>(6 * 2 * 2, 3)};
   };
   auto cpu = make(ts::cpu{});
   auto dev = make(ts::cuda{});

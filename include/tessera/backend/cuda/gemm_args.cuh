@@ -93,6 +93,12 @@ struct cuda_gemm_args {
   const int64_t* c_off;
   int64_t a_bs, b_bs, c_bs;  // batch strides (offsets that are multiples of the batch index)
   cuda_conv_gather conv;
+  // Split k (the wgmma and mma.sync kernels only; gemm_split.cuh): with splits > 1, product z <
+  // batch * splits multiplies batch matrix z % batch over k in [(z / batch) k_chunk, + k_chunk)
+  // and stores its raw sums in partial[z][m][n]; cuda_gemm_split_reduce applies the epilogue.
+  Acc* partial = nullptr;
+  int64_t k_chunk = 0;
+  int64_t splits = 1;
 };
 
 /// The element offset of batch matrix z: from the offset array when there is one, else z times
@@ -121,16 +127,32 @@ __device__ __forceinline__ cuda_batch_matrix<EA, EB, TC> cuda_batch_matrix_at(
 }
 
 /// What a pipelined kernel's block knows before its batch loop: the first row and column of its
-/// BM x BN tile, the operands' leading dimensions in global memory (A column-major when ACol, B
-/// k-contiguous when BCol) and the number of BK-deep k steps.
+/// BM x BN tile and the operands' leading dimensions in global memory (A column-major when ACol,
+/// B k-contiguous when BCol).
 struct cuda_pipelined_block {
-  int64_t m0, n0, lda, ldb, steps;
+  int64_t m0, n0, lda, ldb;
 };
-template <int BM, int BN, int BK, bool ACol, bool BCol, class TA, class TB, class Acc, class TC>
+template <int BM, int BN, bool ACol, bool BCol, class TA, class TB, class Acc, class TC>
 __device__ __forceinline__ cuda_pipelined_block
 cuda_pipelined_block_of(const cuda_gemm_args<TA, TB, Acc, TC>& p) {
   return {int64_t{blockIdx.y} * BM, int64_t{blockIdx.x} * BN, ACol ? p.a_cs : p.a_rs,
-          BCol ? p.b_cs : p.b_rs, (p.k + BK - 1) / BK};
+          BCol ? p.b_cs : p.b_rs};
+}
+
+/// Product z of a pipelined kernel's loop (z < batch * p.splits): its batch matrix, the first k
+/// it multiplies and its number of BK-deep steps. Without a split, matrix z over the whole k. A
+/// split's k_chunk is a multiple of BK, so only the last split's last step can be partial (the
+/// copies zero-fill past p.k as for any product).
+struct cuda_split_part {
+  int64_t z, k0, steps;
+};
+template <int BK, class TA, class TB, class Acc, class TC>
+__device__ __forceinline__ cuda_split_part cuda_split_of(const cuda_gemm_args<TA, TB, Acc, TC>& p,
+                                                         int64_t z, int64_t batch) {
+  if (p.splits == 1) return {z, 0, (p.k + BK - 1) / BK};
+  const int64_t part = z / batch, k0 = part * p.k_chunk;
+  const int64_t k = p.k - k0 < p.k_chunk ? p.k - k0 : p.k_chunk;
+  return {z - part * batch, k0, (k + BK - 1) / BK};
 }
 
 /// The epilogue of every GEMM kernel for output (gi, gj) of matrix c (inside the product):
@@ -155,6 +177,19 @@ __device__ __forceinline__ void cuda_gemm_store(const cuda_gemm_args<TA, TB, Acc
     *out = v;
   else
     *out = TC(static_cast<float>(v));
+}
+
+/// The epilogue of the wgmma and mma.sync kernels: under a split k the raw sum into part, the
+/// [m][n] buffer of this product's part (p.partial + z m n; cuda_gemm_split_reduce finishes it),
+/// else (part null) cuda_gemm_store into c, the product's batch matrix.
+template <class TA, class TB, class Acc, class TC>
+__device__ __forceinline__ void cuda_gemm_store_part(const cuda_gemm_args<TA, TB, Acc, TC>& p,
+                                                     TC* c, Acc* part, int64_t gi, int64_t gj,
+                                                     Acc acc) {
+  if (part)
+    part[gi * p.n + gj] = acc;
+  else
+    cuda_gemm_store(p, c, gi, gj, acc);
 }
 
 /// Element (k0 + row + step * i, n0 + col) of an implicit-GEMM B operand (see cuda_conv_gather)

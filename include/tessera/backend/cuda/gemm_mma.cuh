@@ -209,9 +209,10 @@ __global__ void __launch_bounds__(cuda_mma_threads, 2)
   E* const smem = reinterpret_cast<E*>(cuda_dynamic_smem());
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int wm = warp / 2 * 64, wn = warp % 2 * 64;  // the warp's 64 x 64 piece of the tile
-  const auto [m0, n0, lda, ldb, steps] = cuda_pipelined_block_of<BM, BN, BK, ACol, BCol>(p);
-  for (int64_t z = blockIdx.z; z < batch; z += gridDim.z) {
-    const auto [a, b, c] = cuda_batch_matrix_at<E, E>(p, z);
+  const auto [m0, n0, lda, ldb] = cuda_pipelined_block_of<BM, BN, ACol, BCol>(p);
+  for (int64_t z = blockIdx.z; z < batch * p.splits; z += gridDim.z) {
+    const auto [zb, k0, steps] = cuda_split_of<BK>(p, z, batch);
+    const auto [a, b, c] = cuda_batch_matrix_at<E, E>(p, zb);
     const auto a_at = [](int o, int i) { return ATile::at(o, i); };
     const auto b_at = [](int o, int i) { return BTile::at(o, i); };
     const auto slot = [&](int64_t kt) { return smem + (kt % S) * 2 * tile; };  // A, then B
@@ -229,7 +230,7 @@ __global__ void __launch_bounds__(cuda_mma_threads, 2)
           steps,
           [&](int64_t kt) {
             cuda_copy_pipelined_step<BM, BN, BK, T, ACol, BCol, Gather>(
-                slot(kt), a_at, slot(kt) + tile, b_at, a, lda, b, ldb, p, m0, n0, kt * BK);
+                slot(kt), a_at, slot(kt) + tile, b_at, a, lda, b, ldb, p, m0, n0, k0 + kt * BK);
           },
           [&](int64_t kt) {
             if constexpr (Op::tf32) {  // each thread rounds what it copied, before the barrier
@@ -258,6 +259,7 @@ __global__ void __launch_bounds__(cuda_mma_threads, 2)
                 }
             }
           });
+    Acc* const part = p.partial ? p.partial + z * p.m * p.n : nullptr;  // split k: raw sums
     // Epilogue from the registers: lane (g, t) = (lane / 4, lane % 4) holds rows g and g + 8,
     // columns 2t and 2t + 1 of each 16 x 8 tile.
     const int64_t r0 = m0 + wm + lane / 4, c0 = n0 + wn + lane % 4 * 2;
@@ -268,7 +270,7 @@ __global__ void __launch_bounds__(cuda_mma_threads, 2)
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
           const int64_t gi = r0 + 16 * i + (r >> 1) * 8, gj = c0 + 8 * j + (r & 1);
-          if (gi < p.m && gj < p.n) cuda_gemm_store(p, c, gi, gj, acc[i][j][r]);
+          if (gi < p.m && gj < p.n) cuda_gemm_store_part(p, c, part, gi, gj, acc[i][j][r]);
         }
     __syncthreads();  // every warp is done with the stages before the next matrix's requests
   }

@@ -45,6 +45,7 @@
 #include "gemm_choice.cuh"
 #include "gemm_mma.cuh"
 #include "gemm_pack.cuh"
+#include "gemm_split.cuh"
 #include "gemm_tc.cuh"
 #include "gemm_wgmma.cuh"
 #include "launch.hpp"
@@ -103,7 +104,8 @@ __global__ void __launch_bounds__(cuda_tc_threads, 2)
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int wm = warp / 4, wn = warp % 4;  // the warp's 64 x 32 piece of the tile
   Acc* const Cs = reinterpret_cast<Acc*>(smem) + warp * 16 * cuda_tc_ldc;
-  const auto [m0, n0, lda, ldb, steps] = cuda_pipelined_block_of<BM, BN, BK, ACol, BCol>(p);
+  const auto [m0, n0, lda, ldb] = cuda_pipelined_block_of<BM, BN, ACol, BCol>(p);
+  const int64_t steps = (p.k + BK - 1) / BK;  // never launched with a split k (p.splits == 1)
   for (int64_t z = blockIdx.z; z < batch; z += gridDim.z) {
     const auto [a, b, c] = cuda_batch_matrix_at<E, E>(p, z);
     const auto a_at = [](int o, int i) { return o * Tiles::lda + i; };
@@ -228,8 +230,9 @@ cuda_gemm_args<TA, TB, Acc, TC> cuda_gemm_k_major(const gemm_problem<TA, TB, Acc
 
 /// Runs an 8-bit product (In = signed / unsigned char, float8_e4m3, float8_e5m2) on the wgmma
 /// kernel where built for sm_90a, else on the mma.sync kernel, both operands k-contiguous
-/// (cuda_gemm_k_major); false when both kernels are switched off or not built for an
-/// architecture with In's instruction, or their shared memory is refused.
+/// (cuda_gemm_k_major), k split where the tiles are few (cuda_gemm_run_split); false when both
+/// kernels are switched off or not built for an architecture with In's instruction, or their
+/// shared memory is refused.
 template <class In, class TA, class TB, class Acc, class TC>
 bool cuda_gemm_try_mma8(const gemm_problem<TA, TB, Acc, TC>& pr,
                         const cuda_gemm_args<TA, TB, Acc, TC>& p, dim3 grid) {
@@ -241,15 +244,18 @@ bool cuda_gemm_try_mma8(const gemm_problem<TA, TB, Acc, TC>& pr,
   if (!wgmma && !mma) return false;                // before any pack
   std::optional<cuda_scratch> packed_a, packed_b;  // alive until the product is launched
   const auto q = cuda_gemm_k_major(pr, p, cuda_tc_async_layout(pr, p), packed_a, packed_b);
-  return (wgmma && cuda_gemm_wgmma_launch<In, false, true>(grid, q, pr.batch)) ||
-         (mma && cuda_gemm_mma_launch<In, false, true>(grid, q, pr.batch));
+  return cuda_gemm_run_split(q, pr.batch, grid, [&](dim3 g, const auto& r) {
+    return (wgmma && cuda_gemm_wgmma_launch<In, false, true>(g, r, pr.batch)) ||
+           (mma && cuda_gemm_mma_launch<In, false, true>(g, r, pr.batch));
+  });
 }
 
 /// Runs pr on a pipelined kernel when it qualifies (cuda_tc_async_family, cuda_tc_async_fits
 /// for both operands): the wgmma one where built for sm_90a (gemm_wgmma.cuh; 16-bit inputs read
 /// in place in every layout, tf32 operands packed k-contiguous where they are not), then the
-/// mma.sync one (gemm_mma.cuh, every operand in place), then the WMMA one, each unless switched
-/// off (cuda_gemm_choice); 8-bit integer products on the wgmma or mma.sync kernel whatever their
+/// mma.sync one (gemm_mma.cuh, every operand in place), both with k split where the output tiles
+/// are few (cuda_gemm_run_split), then the WMMA one, each unless switched off
+/// (cuda_gemm_choice); 8-bit integer products on the wgmma or mma.sync kernel whatever their
 /// layout (cuda_gemm_try_mma8), and so fp8 x fp8 products of one format where a kernel was built
 /// for their instructions (sm_90a for wgmma, sm_89+ for mma.sync; elsewhere they run exactly on
 /// the fp16 tensor cores of the register-staged kernel). False when none runs it.
@@ -277,24 +283,30 @@ bool cuda_gemm_try_async(const gemm_problem<TA, TB, Acc, TC>& pr,
                   : launch(std::false_type{}, std::false_type{});
     };
     using In = typename Cfg::frag;
+    const auto mma = [&](dim3 g, const auto& q) {
+      return by_layout([&](auto ac, auto bc) {
+        return cuda_gemm_mma_launch<In, decltype(ac)::value, decltype(bc)::value>(g, q, pr.batch);
+      });
+    };
     if constexpr (std::is_same_v<In, cuda_tf32_tag>) {  // wgmma reads tf32 only k-contiguous
       if (cuda_gemm_choice(cuda_gemm_pipeline::wgmma).enabled && cuda_wgmma_built()) {
         std::optional<cuda_scratch> packed_a, packed_b;  // alive until the product is launched
-        if (cuda_gemm_wgmma_launch<In, false, true>(
-                grid, cuda_gemm_k_major(pr, p, l, packed_a, packed_b), pr.batch))
+        if (cuda_gemm_run_split(cuda_gemm_k_major(pr, p, l, packed_a, packed_b), pr.batch, grid,
+                                [&](dim3 g, const auto& q) {
+                                  return cuda_gemm_wgmma_launch<In, false, true>(g, q, pr.batch);
+                                }))
           return true;
       }
-    } else if (by_layout([&](auto ac, auto bc) {
-                 return cuda_gemm_wgmma_launch<In, decltype(ac)::value, decltype(bc)::value>(
-                     grid, p, pr.batch);
+      if (cuda_gemm_run_split(p, pr.batch, grid, mma)) return true;
+    } else if (cuda_gemm_run_split(p, pr.batch, grid, [&](dim3 g, const auto& q) {
+                 return by_layout([&](auto ac, auto bc) {
+                          return cuda_gemm_wgmma_launch<In, decltype(ac)::value,
+                                                        decltype(bc)::value>(g, q, pr.batch);
+                        }) ||
+                        mma(g, q);
                })) {
       return true;
     }
-    if (by_layout([&](auto ac, auto bc) {
-          return cuda_gemm_mma_launch<In, decltype(ac)::value, decltype(bc)::value>(grid, p,
-                                                                                    pr.batch);
-        }))
-      return true;
     return by_layout([&](auto ac, auto bc) {
       return cuda_gemm_tc_async_launch<Cfg, TA, TB, decltype(ac)::value, decltype(bc)::value, TC>(
           grid, p, pr.batch);
@@ -323,8 +335,9 @@ bool cuda_gemm_conv_chunks_ready() {
 
 /// Runs a channels-last implicit-GEMM convolution (p.conv.pixel > 1: A row-major, B gathered
 /// k-contiguous, see cuda_conv_gather) on the wgmma kernel where built for sm_90a, else on the
-/// mma.sync kernel; false, having launched nothing, when Cfg is not one of their input families
-/// (cuda_tc_async_family), or both are switched off or refuse their shared memory.
+/// mma.sync kernel, k split where the tiles are few (cuda_gemm_run_split); false, having launched
+/// nothing, when Cfg is not one of their input families (cuda_tc_async_family), or both are
+/// switched off or refuse their shared memory.
 template <class Cfg, class TA, class TB, class Acc, class TC>
 bool cuda_gemm_try_conv_chunks(const cuda_gemm_args<TA, TB, Acc, TC>& p, int64_t batch, dim3 grid) {
   if constexpr (!cuda_tc_async_family<Cfg, TA, TB>) {
@@ -332,8 +345,10 @@ bool cuda_gemm_try_conv_chunks(const cuda_gemm_args<TA, TB, Acc, TC>& p, int64_t
     return false;
   } else {
     using In = typename Cfg::frag;
-    return cuda_gemm_wgmma_launch<In, false, true, true>(grid, p, batch) ||
-           cuda_gemm_mma_launch<In, false, true, true>(grid, p, batch);
+    return cuda_gemm_run_split(p, batch, grid, [&](dim3 g, const auto& q) {
+      return cuda_gemm_wgmma_launch<In, false, true, true>(g, q, batch) ||
+             cuda_gemm_mma_launch<In, false, true, true>(g, q, batch);
+    });
   }
 }
 

@@ -139,13 +139,14 @@ __global__ void __launch_bounds__(cuda_wgmma_threads, 1)
   E* const smem = reinterpret_cast<E*>(raw + pad);  // atom-aligned stages
   const uint32_t smem_address = raw_address + pad;
   const int wg = static_cast<int>(threadIdx.x) / 128, l = static_cast<int>(threadIdx.x) % 128;
-  const auto [m0, n0, lda, ldb, steps] = cuda_pipelined_block_of<BM, BN, BK, ACol, BCol>(p);
+  const auto [m0, n0, lda, ldb] = cuda_pipelined_block_of<BM, BN, ACol, BCol>(p);
   // A warpgroup whose 64 rows lie past the product (m <= 64, or the last row tile) issues no
   // wgmma: the other has the SM's tensor cores to itself (a convolution with 64 output channels
   // is such a product at every tile). It still copies and meets every barrier.
   const bool rows_inside = m0 + 64 * wg < p.m;
-  for (int64_t z = blockIdx.z; z < batch; z += gridDim.z) {
-    const auto [a, b, c] = cuda_batch_matrix_at<E, E>(p, z);
+  for (int64_t z = blockIdx.z; z < batch * p.splits; z += gridDim.z) {
+    const auto [zb, k0, steps] = cuda_split_of<BK>(p, z, batch);
+    const auto [a, b, c] = cuda_batch_matrix_at<E, E>(p, zb);
     const auto a_at = [](int o, int i) { return ATile::at(o, i); };
     const auto b_at = [](int o, int i) { return BTile::at(o, i); };
     const auto slot = [&](int64_t kt) { return static_cast<int>(kt % S) * 2 * tile; };  // A, B
@@ -159,7 +160,7 @@ __global__ void __launch_bounds__(cuda_wgmma_threads, 1)
           [&](int64_t kt) {
             E* const as = smem + slot(kt);
             cuda_copy_pipelined_step<BM, BN, BK, T, ACol, BCol, Gather>(
-                as, a_at, as + tile, b_at, a, lda, b, ldb, p, m0, n0, kt * BK);
+                as, a_at, as + tile, b_at, a, lda, b, ldb, p, m0, n0, k0 + kt * BK);
           },
           [&](int64_t kt) {
             if constexpr (Op::tf32) {  // each thread rounds what it copied (k-major tiles)
@@ -183,6 +184,7 @@ __global__ void __launch_bounds__(cuda_wgmma_threads, 1)
             cuda_wgmma_wait<1>();
           });
     cuda_wgmma_wait<0>();  // the accumulators are complete
+    Acc* const part = p.partial ? p.partial + z * p.m * p.n : nullptr;  // split k: raw sums
     // Epilogue from the registers (cuda_wgmma_m64n128's layout).
     const int64_t r0 = m0 + 64 * wg + 16 * (l / 32) + l % 32 / 4, c0 = n0 + l % 4 * 2;
 #pragma unroll
@@ -190,7 +192,7 @@ __global__ void __launch_bounds__(cuda_wgmma_threads, 1)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int64_t gi = r0 + (r >> 1) * 8, gj = c0 + 8 * j + (r & 1);
-        if (gi < p.m && gj < p.n) cuda_gemm_store(p, c, gi, gj, acc[4 * j + r]);
+        if (gi < p.m && gj < p.n) cuda_gemm_store_part(p, c, part, gi, gj, acc[4 * j + r]);
       }
     __syncthreads();  // every warpgroup is done with the stages before the next matrix's copies
   }
