@@ -28,6 +28,39 @@ TYPED_TEST_SUITE(CudaGemm, GemmDtypes);
 struct mnk {
   int64_t m, n, k;
 };
+
+// Split k on the kernel each dtype takes by default (float and double: SIMT; half, bfloat16:
+// the pipelined kernels; fp8: wgmma, mma.sync or fp16 WMMA): k = 300 (two granules of 128 and
+// 44) in 3 parts, a batched product with broadcast, and gemm's alpha and beta applied after the
+// parts are added.
+TYPED_TEST(CudaGemm, SplitKMatchesCpu) {
+  using T = TypeParam;
+  namespace d = ts::detail;
+  const split_k_scope split(3);
+  const int64_t before = d::cuda_gemm_split_products().load();
+  const auto a = small_ints<T>({40, 300}, 451), b = small_ints<T>({300, 24}, 452);
+  expect_same(
+      "matmul 40x24x300 in 3 parts", 0, 0,
+      [](const auto& x, const auto& y) { return ts::matmul(x, y); }, a, b);
+  const auto a3 = small_ints<T>({2, 1, 16, 300}, 453), b3 = small_ints<T>({3, 300, 8}, 454);
+  expect_same(
+      "batched broadcast in 3 parts", 0, 0,
+      [](const auto& x, const auto& y) { return ts::matmul(x, y); }, a3, b3);
+  constexpr bool fp8 = std::is_same_v<T, ts::float8_e4m3>;
+  if constexpr (!fp8) {  // gemm writes into T: fp8 products give float
+    const auto c = small_ints<T>({40, 24}, 455);
+    expect_same(
+        "gemm alpha 0.5 beta -2 in 3 parts", 0, 0,
+        [](const auto& x, const auto& y, const auto& z) {
+          auto out = z.clone();
+          ts::gemm(0.5, x, y, -2.0, out);
+          return out;
+        },
+        a, b, c);
+  }
+  EXPECT_EQ(d::cuda_gemm_split_products().load() - before, fp8 ? 2 : 3) << "products split";
+}
+
 // Tile tails on every side, a single element, exact tiles, k shorter and longer than a k-step.
 const mnk shapes[] = {{1, 1, 1},      {7, 5, 3},     {128, 128, 8}, {129, 130, 17},
                       {300, 257, 65}, {64, 3136, 9}, {33, 1, 200},  {1, 70, 129}};
@@ -352,10 +385,11 @@ TYPED_TEST(CudaGemmPipeline, LinearWithBiasAndReluEpilogue) {
       [](const auto& a, const auto& b, const auto& c) { return ts::linear(a, b, c); }, x, w, bias);
 }
 
-// Split k (gemm_split.cuh) on the wgmma and mma.sync kernels (the WMMA pipeline and the
-// register-staged kernel never split): k = 520 (four granules of 128 and 8) in 2 and 5 parts
-// (3 in the convolution tests), the last part's last step partial; b^T read in place; batches with broadcast; gemm's
-// alpha and beta and linear's bias, which cuda_gemm_split_reduce applies after adding the parts.
+// Split k (gemm_split.cuh) on every kernel (wgmma, mma.sync, the WMMA pipeline and the
+// register-staged one): k = 520 (four granules of 128 and 8) in 2 and 5 parts (3 in the
+// convolution tests), the last part's last step partial; b^T read in place; batches with broadcast;
+// gemm's alpha and beta and linear's bias, which cuda_gemm_split_reduce applies after adding the
+// parts.
 TYPED_TEST(CudaGemmPipeline, SplitKMatchesCpuOnBothKernels) {
   using T = TypeParam;
   namespace d = ts::detail;
@@ -386,9 +420,8 @@ TYPED_TEST(CudaGemmPipeline, SplitKMatchesCpuOnBothKernels) {
         "linear with bias" + tag, fits::k_major,
         [](const auto& x, const auto& y, const auto& z) { return ts::linear(x, y, z); }, a, bt,
         bias);
-    // Two passes (wgmma, mma.sync) of five products each, where the tensor cores run.
-    EXPECT_EQ(d::cuda_gemm_split_products().load() - splits_before,
-              TestFixture::tensor_cores() ? 10 : 0)
+    // Four passes of five products, each split whichever kernel takes it (SIMT included).
+    EXPECT_EQ(d::cuda_gemm_split_products().load() - splits_before, 20)
         << tag << ": products split";
   }
 }
@@ -501,9 +534,8 @@ TYPED_TEST(CudaGemmMma8, SplitKMatchesCpu) {
     this->expect_every_kernel(
         "matmul b^T" + tag, 0,
         [&](const auto& x, const auto& y) { return mm(x, y.transpose(0, 1)); }, a, bt);
-    EXPECT_EQ(d::cuda_gemm_split_products().load() - splits_before,
-              TestFixture::tensor_cores() ? 4 : 0)
-        << tag << ": products split";
+    // Three passes of two products, each split whichever kernel takes it.
+    EXPECT_EQ(d::cuda_gemm_split_products().load() - splits_before, 6) << tag << ": products split";
   }
 }
 
@@ -688,6 +720,26 @@ TEST_F(CudaGemmTf32, PipelineInputsRoundToNearestTf32TiesAway) {
 }
 
 class CudaGemmOps : public CudaFixture {};
+
+// The automatic choice of parts (the host emulation reports 2 SMs): a product whose tiles fill
+// half of the SMs or more is not split; one tile is split in 2 where k has room (4 granules a
+// part on the tensor cores, 1 on the SIMT kernel); forced parts shrink to fit k and the 256 MB
+// buffer.
+TEST_F(CudaGemmOps, SplitKChoosesPartsFromTilesAndK) {
+  namespace d = ts::detail;
+  const int64_t sms = d::cuda_sm_count();
+  EXPECT_EQ(d::cuda_gemm_splits(sms, 1, 64, 64, 1 << 16, 4, 1), 1) << "tiles fill the SMs";
+  EXPECT_EQ(d::cuda_gemm_splits(1, 1, 64, 64, 128, 4, 1), 1) << "one granule of k";
+  EXPECT_EQ(d::cuda_gemm_splits(1, 1, 64, 64, 3 * 128, 4, 4), 1) << "under 4 granules, tc";
+  EXPECT_EQ(d::cuda_gemm_splits(1, 1, 64, 64, 3 * 128, 4, 1), std::min<int64_t>(sms, 3))
+      << "3 granules, SIMT";
+  EXPECT_EQ(d::cuda_gemm_splits(1, 1, 64, 64, 1 << 20, 4, 1), std::min<int64_t>(sms, 32))
+      << "at most 32 parts";
+  const split_k_scope forced(5);
+  EXPECT_EQ(d::cuda_gemm_splits(1000, 1, 64, 64, 3 * 128 + 1, 4, 4), 4) << "forced, 4 granules";
+  EXPECT_EQ(d::cuda_gemm_splits(1, 1, 4096, 4096, 1 << 20, 4, 1), 4) << "256 MB of sums";
+  EXPECT_EQ(d::cuda_gemm_splits(1, 1, 8192, 8192, 1 << 20, 4, 1), 1) << "over 256 MB";
+}
 
 TEST_F(CudaGemmOps, Int8AccumulatesExactlyInInt32) {
   // Extremes: 300 products of +-127/128 stay far inside int32 and are exact.

@@ -104,8 +104,10 @@ __global__ void __launch_bounds__(cuda_gemm_threads)
   __shared__ Acc Bs[2][BK][BN];
   const int t = threadIdx.x, tx = t % 16, ty = t / 16;
   const int64_t m0 = int64_t{blockIdx.y} * BM, n0 = int64_t{blockIdx.x} * BN;
-  for (int64_t z = blockIdx.z; z < batch; z += gridDim.z) {
-    const auto [a, b, c] = cuda_batch_matrix_at<TA, TB>(p, z);
+  for (int64_t z = blockIdx.z; z < batch * p.splits; z += gridDim.z) {
+    const auto [zb, k_begin, steps] = cuda_split_of<BK>(p, z, batch);
+    const auto [a, b, c] = cuda_batch_matrix_at<TA, TB>(p, zb);
+    const int64_t k_end = k_begin + steps * BK;
     Acc acc[8][8];
 #pragma unroll
     for (int i = 0; i < 8; ++i)
@@ -121,14 +123,14 @@ __global__ void __launch_bounds__(cuda_gemm_threads)
         else
           cuda_gemm_load_b<Acc>(b, p.b_rs, p.b_cs, p.k, p.n, k0, n0, rb, br, bc);
       };
-      cuda_gemm_load_a<Acc>(a, p.a_rs, p.a_cs, p.m, p.k, m0, 0, ra, ar, ac);
-      load_b(0);
+      cuda_gemm_load_a<Acc>(a, p.a_rs, p.a_cs, p.m, p.k, m0, k_begin, ra, ar, ac);
+      load_b(k_begin);
       int buf = 0;
 #pragma unroll
       for (int j = 0; j < 4; ++j) As[0][ac[j]][ar[j]] = ra[j], Bs[0][br[j]][bc[j]] = rb[j];
       __syncthreads();
-      for (int64_t k0 = 0; k0 < p.k; k0 += BK) {
-        const bool more = k0 + BK < p.k;
+      for (int64_t k0 = k_begin; k0 < k_end; k0 += BK) {
+        const bool more = k0 + BK < k_end;
         if (more) {  // the next slice, into registers, while this one is multiplied
           cuda_gemm_load_a<Acc>(a, p.a_rs, p.a_cs, p.m, p.k, m0, k0 + BK, ra, ar, ac);
           load_b(k0 + BK);
@@ -155,7 +157,8 @@ __global__ void __launch_bounds__(cuda_gemm_threads)
       }
     }
 
-    // Epilogue (cuda_gemm_store).
+    // Epilogue (cuda_gemm_store, or the raw sums of a split k's part).
+    Acc* const part = p.partial ? p.partial + z * p.m * p.n : nullptr;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int64_t gi = m0 + ty + 16 * i;
@@ -163,7 +166,7 @@ __global__ void __launch_bounds__(cuda_gemm_threads)
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const int64_t gj = n0 + tx + 16 * j;
-        if (gj < p.n) cuda_gemm_store(p, c, gi, gj, acc[i][j]);
+        if (gj < p.n) cuda_gemm_store_part(p, c, part, gi, gj, acc[i][j]);
       }
     }
     __syncthreads();  // the next batch matrix reuses the shared buffers
@@ -261,14 +264,18 @@ bool cuda_gemm_run(const gemm_problem<TA, TB, Acc, TC>& pr, const cuda_conv_gath
       } else if (cuda_gemm_try_async<Cfg>(pr, p, grid)) {
         return true;
       }
-      cuda_launch("cuda_gemm_tc", kernel, grid, dim3(cuda_tc_threads), p, pr.batch);
-      return true;
+      return cuda_gemm_run_split(p, pr.batch, grid, cuda_split_min_tc, [&](dim3 g, const auto& q) {
+        cuda_launch("cuda_gemm_tc", kernel, g, dim3(cuda_tc_threads), q, pr.batch);
+        return true;
+      });
     }
   }
   if (Gather && gather.pixel > 1) return false;
-  cuda_launch("cuda_gemm_simt", cuda_gemm_simt<TA, TB, Acc, Gather, TC>, grid,
-              dim3(cuda_gemm_threads), p, pr.batch);
-  return true;
+  return cuda_gemm_run_split(p, pr.batch, grid, cuda_split_min_simt, [&](dim3 g, const auto& q) {
+    cuda_launch("cuda_gemm_simt", cuda_gemm_simt<TA, TB, Acc, Gather, TC>, g,
+                dim3(cuda_gemm_threads), q, pr.batch);
+    return true;
+  });
 }
 
 }  // namespace detail

@@ -93,7 +93,7 @@ struct cuda_gemm_args {
   const int64_t* c_off;
   int64_t a_bs, b_bs, c_bs;  // batch strides (offsets that are multiples of the batch index)
   cuda_conv_gather conv;
-  // Split k (the wgmma and mma.sync kernels only; gemm_split.cuh): with splits > 1, product z <
+  // Split k (every GEMM kernel; gemm_split.cuh): with splits > 1, product z <
   // batch * splits multiplies batch matrix z % batch over k in [(z / batch) k_chunk, + k_chunk)
   // and stores its raw sums in partial[z][m][n]; cuda_gemm_split_reduce applies the epilogue.
   Acc* partial = nullptr;
@@ -179,7 +179,7 @@ __device__ __forceinline__ void cuda_gemm_store(const cuda_gemm_args<TA, TB, Acc
     *out = TC(static_cast<float>(v));
 }
 
-/// The epilogue of the wgmma and mma.sync kernels: under a split k the raw sum into part, the
+/// The epilogue of every GEMM kernel: under a split k the raw sum into part, the
 /// [m][n] buffer of this product's part (p.partial + z m n; cuda_gemm_split_reduce finishes it),
 /// else (part null) cuda_gemm_store into c, the product's batch matrix.
 template <class TA, class TB, class Acc, class TC>

@@ -1,8 +1,9 @@
-// tessera/backend/cuda/gemm_split.cuh - split k for the wgmma and mma.sync kernels: a product
-// with too few 128 x 128 output tiles to fill the GPU (a ResNet layer of 14 x 14 pixels, a
-// batch-64 layer with one tile) multiplies k in several parts at once, each into a float (int32)
-// buffer of raw sums, and a second kernel adds the parts in a fixed order and applies the
-// epilogue. Deterministic: the same parts, added in the same order, on every run.
+// tessera/backend/cuda/gemm_split.cuh - split k for every GEMM kernel: a product with too few
+// 128 x 128 output tiles to fill the GPU (a ResNet layer of 14 x 14 pixels, a batch-64 layer with
+// one tile, a weight gradient summed over a batch of images) multiplies k in several parts at
+// once, each into a float (int32, double) buffer of raw sums, and a second kernel adds the parts
+// in a fixed order and applies the epilogue. Deterministic: the same parts, added in the same
+// order, on every run.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,6 +23,9 @@ namespace detail {
 /// k of each part is a multiple of this (a multiple of every kernel's k step).
 inline constexpr int64_t cuda_split_granule = 128;
 
+/// The shortest part, in granules, on the tensor cores and on the SIMT kernel (cuda_gemm_splits).
+inline constexpr int64_t cuda_split_min_tc = 4, cuda_split_min_simt = 1;
+
 /// The number of parts dispatch splits k into: 0 (the default) lets cuda_gemm_splits decide;
 /// n >= 1 asks for n wherever k has n granules (tests run every kernel split this way).
 inline int& cuda_gemm_split_k() {
@@ -37,16 +41,17 @@ inline std::atomic<int64_t>& cuda_gemm_split_products() {
 
 /// How many parts to split the k of a product into: 1 unless its output tiles (`tiles`, over
 /// the batch) fill less than half of the SMs, and then about enough to fill them, each part at
-/// least 4 granules (512) deep, at most 16, with the buffer of raw sums (parts x batch x m x n
-/// x acc_bytes) under 256 MB.
+/// least min_granules deep (4, i.e. 512, on the tensor cores, whose part of that depth takes
+/// about as long as the reduction; 1 on the SIMT kernel, 4 to 8 times slower), at most 32, with
+/// the buffer of raw sums (parts x batch x m x n x acc_bytes) under 256 MB.
 inline int64_t cuda_gemm_splits(int64_t tiles, int64_t batch, int64_t m, int64_t n, int64_t k,
-                                int64_t acc_bytes) {
+                                int64_t acc_bytes, int64_t min_granules) {
   const int64_t granules = (k + cuda_split_granule - 1) / cuda_split_granule;
   int64_t parts = cuda_gemm_split_k();
   if (parts == 0) {
     const int64_t sms = cuda_sm_count();
     if (2 * tiles > sms) return 1;
-    parts = std::min<int64_t>({(sms + tiles - 1) / tiles, granules / 4, 16});
+    parts = std::min<int64_t>({(sms + tiles - 1) / tiles, granules / min_granules, 32});
   }
   parts = std::max<int64_t>(1, std::min(parts, granules));
   while (parts > 1 && parts * batch * m * n * acc_bytes > (int64_t{1} << 28)) --parts;
@@ -77,16 +82,18 @@ __global__ void __launch_bounds__(256)
 }
 
 /// Runs launch(grid, args) for p (`batch` matrices on `grid`), with k split where the output
-/// tiles are too few (cuda_gemm_splits): then the launch gets grid.z = batch x parts, a buffer
-/// of raw sums in its args, and cuda_gemm_split_reduce finishes the product. `launch` must start
-/// a kernel that honours the split (wgmma or mma.sync), or return false having launched
+/// tiles are too few (cuda_gemm_splits, parts at least min_granules deep): then the launch gets
+/// grid.z = batch x parts, a buffer of raw sums in its args, and cuda_gemm_split_reduce finishes
+/// the product. `launch` starts a GEMM kernel (every one honours the split: it loops z over batch
+/// x p.splits and stores through cuda_gemm_store_part), or returns false having launched
 /// nothing; so does this.
 template <class TA, class TB, class Acc, class TC, class Launch>
 bool cuda_gemm_run_split(const cuda_gemm_args<TA, TB, Acc, TC>& p, int64_t batch, dim3 grid,
-                         Launch launch) {
+                         int64_t min_granules, Launch launch) {
   const int64_t tiles = int64_t{grid.x} * grid.y * batch;
-  const int64_t parts =
-      p.alpha == Acc(0) ? 1 : cuda_gemm_splits(tiles, batch, p.m, p.n, p.k, int64_t{sizeof(Acc)});
+  const int64_t parts = p.alpha == Acc(0) ? 1
+                                          : cuda_gemm_splits(tiles, batch, p.m, p.n, p.k,
+                                                             int64_t{sizeof(Acc)}, min_granules);
   if (parts <= 1) return launch(grid, p);
   const int64_t granules = (p.k + cuda_split_granule - 1) / cuda_split_granule;
   cuda_gemm_args<TA, TB, Acc, TC> q = p;

@@ -262,14 +262,15 @@ __device__ __forceinline__ void cuda_tc_multiply_step(Frag (&acc)[4][2],
 #endif
 }
 
-/// The tensor-core kernels' epilogue (cuda_gemm_store) for a warp's 64 x 32 outputs at (r0, c0):
-/// one 16 x 16 accumulator fragment at a time through the warp's staging tile Cs ([16][20]).
+/// The WMMA kernels' epilogue (cuda_gemm_store_part: into c, or the raw sums into part under a
+/// split k) for a warp's 64 x 32 outputs at (r0, c0): one 16 x 16 accumulator fragment at a time
+/// through the warp's staging tile Cs ([16][20]).
 template <class TA, class TB, class Acc, class TC, class Frag>
 __device__ __forceinline__ void cuda_tc_epilogue(const cuda_gemm_args<TA, TB, Acc, TC>& p, TC* c,
-                                                 Frag (&acc)[4][2], Acc* Cs, int64_t r0, int64_t c0,
-                                                 int lane) {
+                                                 Acc* part, Frag (&acc)[4][2], Acc* Cs, int64_t r0,
+                                                 int64_t c0, int lane) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800  // mma.h may not declare WMMA here
-  (void)p, (void)c, (void)acc, (void)Cs, (void)r0, (void)c0, (void)lane;
+  (void)p, (void)c, (void)part, (void)acc, (void)Cs, (void)r0, (void)c0, (void)lane;
 #else
 #pragma unroll
   for (int i = 0; i < 4; ++i)
@@ -281,7 +282,7 @@ __device__ __forceinline__ void cuda_tc_epilogue(const cuda_gemm_args<TA, TB, Ac
       for (int e = lane; e < 256; e += 32) {
         const int64_t gi = r0 + i * 16 + e / 16, gj = c0 + j * 16 + e % 16;
         if (gi < p.m && gj < p.n)
-          cuda_gemm_store(p, c, gi, gj, Cs[(e / 16) * cuda_tc_ldc + e % 16]);
+          cuda_gemm_store_part(p, c, part, gi, gj, Cs[(e / 16) * cuda_tc_ldc + e % 16]);
       }
       __syncwarp();  // the staging tile is rewritten by the next fragment
     }
@@ -336,8 +337,10 @@ __global__ void __launch_bounds__(cuda_tc_threads)
     cuda_tc_store<BK, BN>(Bs + buf * Cfg::b_elems, Gather || p.b_cs == 1, rb,
                           [](int r, int c) { return Cfg::b_at(r, c); });
   };
-  for (int64_t z = blockIdx.z; z < batch; z += gridDim.z) {
-    const auto [a, b, c] = cuda_batch_matrix_at<TA, TB>(p, z);
+  for (int64_t z = blockIdx.z; z < batch * p.splits; z += gridDim.z) {
+    const auto [zb, k_begin, steps] = cuda_split_of<BK>(p, z, batch);
+    const auto [a, b, c] = cuda_batch_matrix_at<TA, TB>(p, zb);
+    const int64_t k_end = k_begin + steps * BK;
     wmma::fragment<wmma::accumulator, 16, 16, FK, Acc> acc[4][2];
 #pragma unroll
     for (int i = 0; i < 4; ++i)
@@ -345,12 +348,12 @@ __global__ void __launch_bounds__(cuda_tc_threads)
       for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], Acc(0));
 
     if (p.alpha != Acc(0)) {
-      load(a, b, 0);
+      load(a, b, k_begin);
       int buf = 0;
       store(buf);
       __syncthreads();
-      for (int64_t k0 = 0; k0 < p.k; k0 += BK) {
-        const bool more = k0 + BK < p.k;
+      for (int64_t k0 = k_begin; k0 < k_end; k0 += BK) {
+        const bool more = k0 + BK < k_end;
         if (more) load(a, b, k0 + BK);  // the next slice, into registers, while this one is used
         cuda_tc_multiply_step<Cfg, Cfg, false, Cfg::b_col_major>(
             acc, reinterpret_cast<const F*>(As + buf * Cfg::a_elems),
@@ -365,7 +368,8 @@ __global__ void __launch_bounds__(cuda_tc_threads)
     }
     __syncthreads();  // every warp is done with the tiles: the staging tiles overlay them
 
-    cuda_tc_epilogue(p, c, acc, Cs, m0 + wm * 64, n0 + wn * 32, lane);
+    Acc* const part = p.partial ? p.partial + z * p.m * p.n : nullptr;  // split k: raw sums
+    cuda_tc_epilogue(p, c, part, acc, Cs, m0 + wm * 64, n0 + wn * 32, lane);
     __syncthreads();  // the next batch matrix reuses the shared tiles
   }
 #endif

@@ -105,9 +105,9 @@ __global__ void __launch_bounds__(cuda_tc_threads, 2)
   const int wm = warp / 4, wn = warp % 4;  // the warp's 64 x 32 piece of the tile
   Acc* const Cs = reinterpret_cast<Acc*>(smem) + warp * 16 * cuda_tc_ldc;
   const auto [m0, n0, lda, ldb] = cuda_pipelined_block_of<BM, BN, ACol, BCol>(p);
-  const int64_t steps = (p.k + BK - 1) / BK;  // never launched with a split k (p.splits == 1)
-  for (int64_t z = blockIdx.z; z < batch; z += gridDim.z) {
-    const auto [a, b, c] = cuda_batch_matrix_at<E, E>(p, z);
+  for (int64_t z = blockIdx.z; z < batch * p.splits; z += gridDim.z) {
+    const auto [zb, k0, steps] = cuda_split_of<BK>(p, z, batch);
+    const auto [a, b, c] = cuda_batch_matrix_at<E, E>(p, zb);
     const auto a_at = [](int o, int i) { return o * Tiles::lda + i; };
     const auto b_at = [](int o, int i) { return o * Tiles::ldb + i; };
     const auto slot = [&](int64_t kt) { return smem + (kt % S) * Tiles::stage_elems; };
@@ -122,8 +122,8 @@ __global__ void __launch_bounds__(cuda_tc_threads, 2)
           steps,
           [&](int64_t kt) {
             cuda_copy_gemm_step<BM, BN, BK, cuda_tc_threads, ACol, BCol>(
-                slot(kt), a_at, slot(kt) + Tiles::a_elems, b_at, a, lda, b, ldb, m0, n0, kt * BK,
-                p.m, p.n, p.k);
+                slot(kt), a_at, slot(kt) + Tiles::a_elems, b_at, a, lda, b, ldb, m0, n0,
+                k0 + kt * BK, p.m, p.n, p.k);
           },
           [&](int64_t kt) {
             if constexpr (tf32) {  // each thread rounds what it copied, before the barrier
@@ -139,7 +139,8 @@ __global__ void __launch_bounds__(cuda_tc_threads, 2)
                 reinterpret_cast<const F*>(slot(kt) + Tiles::a_elems), wm, wn);
           });
     __syncthreads();  // every warp is done with the stages: the staging tiles overlay them
-    cuda_tc_epilogue(p, c, acc, Cs, m0 + wm * 64, n0 + wn * 32, lane);
+    Acc* const part = p.partial ? p.partial + z * p.m * p.n : nullptr;  // split k: raw sums
+    cuda_tc_epilogue(p, c, part, acc, Cs, m0 + wm * 64, n0 + wn * 32, lane);
     __syncthreads();  // the next batch matrix reuses the stages
   }
 #endif
@@ -244,7 +245,7 @@ bool cuda_gemm_try_mma8(const gemm_problem<TA, TB, Acc, TC>& pr,
   if (!wgmma && !mma) return false;                // before any pack
   std::optional<cuda_scratch> packed_a, packed_b;  // alive until the product is launched
   const auto q = cuda_gemm_k_major(pr, p, cuda_tc_async_layout(pr, p), packed_a, packed_b);
-  return cuda_gemm_run_split(q, pr.batch, grid, [&](dim3 g, const auto& r) {
+  return cuda_gemm_run_split(q, pr.batch, grid, cuda_split_min_tc, [&](dim3 g, const auto& r) {
     return (wgmma && cuda_gemm_wgmma_launch<In, false, true>(g, r, pr.batch)) ||
            (mma && cuda_gemm_mma_launch<In, false, true>(g, r, pr.batch));
   });
@@ -253,9 +254,9 @@ bool cuda_gemm_try_mma8(const gemm_problem<TA, TB, Acc, TC>& pr,
 /// Runs pr on a pipelined kernel when it qualifies (cuda_tc_async_family, cuda_tc_async_fits
 /// for both operands): the wgmma one where built for sm_90a (gemm_wgmma.cuh; 16-bit inputs read
 /// in place in every layout, tf32 operands packed k-contiguous where they are not), then the
-/// mma.sync one (gemm_mma.cuh, every operand in place), both with k split where the output tiles
-/// are few (cuda_gemm_run_split), then the WMMA one, each unless switched off
-/// (cuda_gemm_choice); 8-bit integer products on the wgmma or mma.sync kernel whatever their
+/// mma.sync one (gemm_mma.cuh, every operand in place), then the WMMA one, each unless switched
+/// off (cuda_gemm_choice) and with k split where the output tiles are few (cuda_gemm_run_split);
+/// 8-bit integer products on the wgmma or mma.sync kernel whatever their
 /// layout (cuda_gemm_try_mma8), and so fp8 x fp8 products of one format where a kernel was built
 /// for their instructions (sm_90a for wgmma, sm_89+ for mma.sync; elsewhere they run exactly on
 /// the fp16 tensor cores of the register-staged kernel). False when none runs it.
@@ -292,24 +293,27 @@ bool cuda_gemm_try_async(const gemm_problem<TA, TB, Acc, TC>& pr,
       if (cuda_gemm_choice(cuda_gemm_pipeline::wgmma).enabled && cuda_wgmma_built()) {
         std::optional<cuda_scratch> packed_a, packed_b;  // alive until the product is launched
         if (cuda_gemm_run_split(cuda_gemm_k_major(pr, p, l, packed_a, packed_b), pr.batch, grid,
-                                [&](dim3 g, const auto& q) {
+                                cuda_split_min_tc, [&](dim3 g, const auto& q) {
                                   return cuda_gemm_wgmma_launch<In, false, true>(g, q, pr.batch);
                                 }))
           return true;
       }
-      if (cuda_gemm_run_split(p, pr.batch, grid, mma)) return true;
-    } else if (cuda_gemm_run_split(p, pr.batch, grid, [&](dim3 g, const auto& q) {
-                 return by_layout([&](auto ac, auto bc) {
-                          return cuda_gemm_wgmma_launch<In, decltype(ac)::value,
-                                                        decltype(bc)::value>(g, q, pr.batch);
-                        }) ||
-                        mma(g, q);
-               })) {
+      if (cuda_gemm_run_split(p, pr.batch, grid, cuda_split_min_tc, mma)) return true;
+    } else if (cuda_gemm_run_split(
+                   p, pr.batch, grid, cuda_split_min_tc, [&](dim3 g, const auto& q) {
+                     return by_layout([&](auto ac, auto bc) {
+                              return cuda_gemm_wgmma_launch<In, decltype(ac)::value,
+                                                            decltype(bc)::value>(g, q, pr.batch);
+                            }) ||
+                            mma(g, q);
+                   })) {
       return true;
     }
-    return by_layout([&](auto ac, auto bc) {
-      return cuda_gemm_tc_async_launch<Cfg, TA, TB, decltype(ac)::value, decltype(bc)::value, TC>(
-          grid, p, pr.batch);
+    return cuda_gemm_run_split(p, pr.batch, grid, cuda_split_min_tc, [&](dim3 g, const auto& q) {
+      return by_layout([&](auto ac, auto bc) {
+        return cuda_gemm_tc_async_launch<Cfg, TA, TB, decltype(ac)::value, decltype(bc)::value, TC>(
+            g, q, pr.batch);
+      });
     });
   }
 }
@@ -345,7 +349,7 @@ bool cuda_gemm_try_conv_chunks(const cuda_gemm_args<TA, TB, Acc, TC>& p, int64_t
     return false;
   } else {
     using In = typename Cfg::frag;
-    return cuda_gemm_run_split(p, batch, grid, [&](dim3 g, const auto& q) {
+    return cuda_gemm_run_split(p, batch, grid, cuda_split_min_tc, [&](dim3 g, const auto& q) {
       return cuda_gemm_wgmma_launch<In, false, true, true>(g, q, batch) ||
              cuda_gemm_mma_launch<In, false, true, true>(g, q, batch);
     });
