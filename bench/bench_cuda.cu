@@ -259,8 +259,17 @@ void cublas_gemm(const gemm_inputs<K>& in, const DevT<typename gemm_types<K>::ou
 /// as tessera); tessera_wmma: the WMMA pipeline where the mma.sync kernel would run (tf32, fp16,
 /// bf16); tessera_staged: the register-staged kernel (pipelines off); tessera_tn: the default
 /// choice with B given k-contiguous (int8, and tf32 on wgmma: no pack; tf32 on mma.sync: B's
-/// fragments by ldmatrix rather than 32-bit loads).
-enum class impl { tessera, tessera_mma, tessera_wmma, tessera_staged, tessera_tn, cublas };
+/// fragments by ldmatrix rather than 32-bit loads); tessera_whole_k: the default choice with k
+/// never split (what the split gains on products with few tiles, gemm_split.cuh).
+enum class impl {
+  tessera,
+  tessera_mma,
+  tessera_wmma,
+  tessera_staged,
+  tessera_tn,
+  tessera_whole_k,
+  cublas
+};
 
 template <kind K>
 void bm_gemm(benchmark::State& st, impl who, int64_t m, int64_t k, int64_t n, double tol) {
@@ -279,6 +288,7 @@ void bm_gemm(benchmark::State& st, impl who, int64_t m, int64_t k, int64_t n, do
       }
       ~kernel_scope() { ts::detail::cuda_gemm_start_at(pipeline::wgmma); }
     } const kernels(who);
+    const split_scope split(who == impl::tessera_whole_k ? 1 : 0);
     // tf32 is tessera's float product under matmul_precision::high (restored on the way out).
     const precision_scope scope(K == kind::tf32 ? ts::matmul_precision::high
                                                 : ts::get_float32_matmul_precision());
@@ -298,10 +308,10 @@ void bm_gemm(benchmark::State& st, impl who, int64_t m, int64_t k, int64_t n, do
 
 /// Rows for tessera and cuBLAS; with variants, also tessera's other kernels for K (the WMMA
 /// pipeline for tf32 / fp16 / bf16, the register-staged kernel for the pipelined kinds and int8)
-/// and, for int8 and tf32, B given k-contiguous.
+/// and, for int8 and tf32, B given k-contiguous; with whole_k, tessera with k never split.
 template <kind K>
 void add_gemm(const char* type, int64_t m, int64_t k, int64_t n, double tol, int iterations,
-              bool variants = false) {
+              bool variants = false, bool whole_k = false) {
   const std::string shape = std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
   constexpr bool has_mma = K == kind::tf32 || K == kind::fp16 || K == kind::bf16;
   constexpr bool has_tn = K == kind::int8 || K == kind::tf32;
@@ -309,18 +319,19 @@ void add_gemm(const char* type, int64_t m, int64_t k, int64_t n, double tol, int
   constexpr bool has_wgmma =
       K == kind::tf32 || K == kind::fp16 || K == kind::bf16 || K == kind::int8 || K == kind::fp8;
   for (impl who : {impl::tessera, impl::tessera_mma, impl::tessera_wmma, impl::tessera_staged,
-                   impl::tessera_tn, impl::cublas}) {
-    if ((who == impl::tessera_staged && !variants) ||
+                   impl::tessera_tn, impl::tessera_whole_k, impl::cublas}) {
+    if ((who == impl::tessera_whole_k && !whole_k) || (who == impl::tessera_staged && !variants) ||
         (who == impl::tessera_mma && !(variants && has_wgmma)) ||
         (who == impl::tessera_wmma && !(variants && has_mma)) ||
         (who == impl::tessera_tn && !(variants && has_tn)))
       continue;
-    const char* name = who == impl::tessera          ? "/tessera/"
-                       : who == impl::tessera_mma    ? "/tessera_mma/"
-                       : who == impl::tessera_wmma   ? "/tessera_wmma/"
-                       : who == impl::tessera_staged ? "/tessera_staged/"
-                       : who == impl::tessera_tn     ? "/tessera_tn/"
-                                                     : "/cublas/";
+    const char* name = who == impl::tessera           ? "/tessera/"
+                       : who == impl::tessera_mma     ? "/tessera_mma/"
+                       : who == impl::tessera_wmma    ? "/tessera_wmma/"
+                       : who == impl::tessera_staged  ? "/tessera_staged/"
+                       : who == impl::tessera_tn      ? "/tessera_tn/"
+                       : who == impl::tessera_whole_k ? "/tessera_whole_k/"
+                                                      : "/cublas/";
     add_timed(std::string("gemm_") + type + name + shape, iterations,
               [=](benchmark::State& st) { bm_gemm<K>(st, who, m, k, n, tol); });
   }
@@ -350,11 +361,12 @@ void add_benchmarks() {
   add_gemm_squares<kind::bf16>("bf16", 1e-2);
   add_gemm_squares<kind::int8>("int8", 0);
   add_gemm_squares<kind::fp8>("fp8e4m3", 1e-5);
-  // The ML shapes of the matmul benchmarks (batch 64 MLP / CNN layers).
+  // The ML shapes of the matmul benchmarks (batch 64 MLP / CNN layers), with k whole beside the
+  // default (few tiles: these are the products the split is for).
   for (const auto& s : {std::array<int64_t, 3>{64, 784, 256}, std::array<int64_t, 3>{64, 3136, 128},
                         std::array<int64_t, 3>{64, 256, 10}}) {
-    add_gemm<kind::fp32>("fp32", s[0], s[1], s[2], 1e-5, 200);
-    add_gemm<kind::bf16>("bf16", s[0], s[1], s[2], 1e-2, 200);
+    add_gemm<kind::fp32>("fp32", s[0], s[1], s[2], 1e-5, 200, false, true);
+    add_gemm<kind::bf16>("bf16", s[0], s[1], s[2], 1e-2, 200, false, true);
   }
 }
 

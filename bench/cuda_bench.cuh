@@ -133,4 +133,12 @@ struct precision_scope {
   precision_scope& operator=(const precision_scope&) = delete;
 };
 
+/// Scopes the split of k (gemm_split.cuh): 0 lets dispatch decide (the default), 1 keeps k whole.
+struct split_scope {
+  explicit split_scope(int parts) { ts::detail::cuda_gemm_split_k() = parts; }
+  ~split_scope() { ts::detail::cuda_gemm_split_k() = 0; }
+  split_scope(const split_scope&) = delete;
+  split_scope& operator=(const split_scope&) = delete;
+};
+
 }  // namespace cuda_bench

@@ -47,18 +47,19 @@ def fmt(x, spec=".1f"):
 def gemm_table(rows, out, verdicts):
     pairs = defaultdict(dict)  # (type, shape) -> impl -> row
     for name, r in rows.items():
-        m = re.match(r"gemm_(\w+)/(tessera_staged|tessera_mma|tessera_wmma|tessera_tn|tessera|cublas)/(\S+)$", name)
+        m = re.match(r"gemm_(\w+)/(tessera_staged|tessera_mma|tessera_wmma|tessera_tn|"
+                     r"tessera_whole_k|tessera|cublas)/(\S+)$", name)
         if m:
             pairs[(m.group(1), m.group(3))][m.group(2)] = r
     # tessera_mma: the mma.sync kernel where wgmma runs by default (built for sm_90a);
     # tessera_wmma: the WMMA pipeline where mma.sync runs by default (tf32, fp16, bf16);
     # tessera_staged: the register-staged tensor-core kernel (pipelines off); tessera_tn: B given
     # k-contiguous (int8 and tf32 on wgmma: no pack; tf32 on mma.sync: ldmatrix rather than
-    # 32-bit loads for B's fragments); each when run.
+    # 32-bit loads for B's fragments); tessera_whole_k: k never split; each when run.
     out.append("| GEMM | m x k x n | tessera TFLOP/s | cuBLAS TFLOP/s | tessera / cuBLAS | rel_err "
                "| mma.sync TFLOP/s | WMMA pipeline TFLOP/s | register-staged TFLOP/s "
-               "| B k-contiguous TFLOP/s |")
-    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+               "| B k-contiguous TFLOP/s | k whole TFLOP/s |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for (typ, shape), impl in sorted(pairs.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         t, c = impl.get("tessera"), impl.get("cublas")
         tm, cm = median(t), median(c)
@@ -70,7 +71,8 @@ def gemm_table(rows, out, verdicts):
                    f"{fmt(impl.get('tessera_mma') and impl['tessera_mma'].get('TFLOP/s'))} | "
                    f"{fmt(impl.get('tessera_wmma') and impl['tessera_wmma'].get('TFLOP/s'))} | "
                    f"{fmt(impl.get('tessera_staged') and impl['tessera_staged'].get('TFLOP/s'))} | "
-                   f"{fmt(impl.get('tessera_tn') and impl['tessera_tn'].get('TFLOP/s'))} |")
+                   f"{fmt(impl.get('tessera_tn') and impl['tessera_tn'].get('TFLOP/s'))} | "
+                   f"{fmt(impl.get('tessera_whole_k') and impl['tessera_whole_k'].get('TFLOP/s'))} |")
         dims = [int(d) for d in shape.split("x")]
         if typ in GEMM_TARGETS and min(dims) >= 4096:
             verdicts.append((f"GEMM {typ} {shape} >= {GEMM_TARGETS[typ]}x cuBLAS", ratio,
@@ -80,22 +82,25 @@ def gemm_table(rows, out, verdicts):
 def conv_table(rows, out, verdicts):
     pairs = defaultdict(dict)  # (pass, math, shape) -> impl -> row
     for name, r in rows.items():
-        m = re.match(r"conv_(\w+)/(\w+)/(tessera_planar|tessera|cudnn)/(\w+)$", name)
+        m = re.match(r"conv_(\w+)/(\w+)/(tessera_planar|tessera_whole_k|tessera|cudnn)/(\w+)$",
+                     name)
         if m:
             pairs[(m.group(1), m.group(2), m.group(4))][m.group(3)] = r
     # tessera_planar (tf32): the planar implicit GEMM on the register-staged kernel, where tessera
     # runs the channels-last one on the pipelined kernels (when the channels allow).
     out.append("| pass | math | shape | tessera TFLOP/s | cuDNN TFLOP/s | tessera / cuDNN | rel_err "
-               "| planar TFLOP/s |")
-    out.append("|---|---|---|---:|---:|---:|---:|---:|")
+               "| planar TFLOP/s | k whole TFLOP/s |")
+    out.append("|---|---|---|---:|---:|---:|---:|---:|---:|")
     for (p, math, shape), impl in sorted(pairs.items()):
         t, c, pl = impl.get("tessera"), impl.get("cudnn"), impl.get("tessera_planar")
+        wk = impl.get("tessera_whole_k")
         tm, cm = median(t), median(c)
         ratio = cm / tm if tm and cm else None
         out.append(f"| {p} | {math} | {shape} | {fmt(t and t.get('TFLOP/s'), '.2f')} | "
                    f"{fmt(c and c.get('TFLOP/s'), '.2f')} | {fmt(ratio, '.2f')} | "
                    f"{fmt(t and t.get('rel_err'), '.1e')} | "
-                   f"{fmt(pl and median(pl) and pl.get('TFLOP/s'), '.2f')} |")
+                   f"{fmt(pl and median(pl) and pl.get('TFLOP/s'), '.2f')} | "
+                   f"{fmt(wk and median(wk) and wk.get('TFLOP/s'), '.2f')} |")
         if p == "fwd" and shape.startswith("resnet"):
             verdicts.append((f"conv fwd {math} {shape} >= {CONV_TARGET}x cuDNN", ratio,
                              CONV_TARGET))
