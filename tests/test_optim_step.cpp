@@ -12,7 +12,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <span>
 #include <string>
 #include <tessera/tessera.hpp>
 // Until the umbrella header includes them; the backend header comes first, as in tessera.hpp.
@@ -293,6 +295,103 @@ TYPED_TEST(OptimStep, AdamMatchesReference) {
                             ", threads=" + std::to_string(threads));
         }
   }
+}
+
+// ---- the multi-tensor forms ----------------------------------------------------------------
+
+/// Bit-for-bit equality of two CPU tensors.
+template <class T>
+void expect_same_values(const ts::Tensor<T, ts::cpu>& got, const ts::Tensor<T, ts::cpu>& want,
+                        const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const auto g = got.contiguous().to_vector(), w = want.contiguous().to_vector();
+  for (size_t i = 0; i < g.size(); ++i)
+    ASSERT_EQ(std::memcmp(&g[i], &w[i], sizeof(T)), 0) << what << " element " << i;
+}
+
+// One multi-tensor call equals one single-tensor call per entry, bit for bit: sizes that are and
+// are not multiples of a vector, a transposed (non-contiguous) parameter, an empty one, entries
+// at their first and later steps.
+TYPED_TEST(OptimStep, MultiTensorStepsEqualOneStepPerTensor) {
+  using T = TypeParam;
+  ts::Generator rng(41);
+  const auto draw = [&](ts::Shape s) { return ts::randn<T, ts::cpu>(s, rng); };
+  const std::vector<ts::Shape> shapes = {{37}, {7, 5}, {0}, {1000}};
+  const auto param_view = [](const ts::Tensor<T, ts::cpu>& t, size_t i) {
+    return i == 1 ? t.transpose(0, 1) : t;  // entry 1: a [5, 7] view of a [7, 5] buffer
+  };
+  const ts::SGDStepOptions so{.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-2};
+  std::vector<ts::Tensor<T, ts::cpu>> p1, p2, b1, b2, g;
+  for (const auto& s : shapes) {
+    p1.push_back(draw(s));
+    p2.push_back(p1.back().clone());
+    b1.push_back(draw(s));
+    b2.push_back(b1.back().clone());
+  }
+  for (size_t i = 0; i < shapes.size(); ++i) g.push_back(draw(param_view(p1[i], i).shape()));
+  std::vector<ts::SGDStepTensors<T, ts::cpu>> entries;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const auto bv = i == 1 ? b2[i].transpose(0, 1) : b2[i];
+    entries.push_back({param_view(p2[i], i), g[i], bv, i % 2 == 0});
+    ts::sgd_step(param_view(p1[i], i), g[i], i == 1 ? b1[i].transpose(0, 1) : b1[i], so,
+                 i % 2 == 0);
+  }
+  ts::sgd_step(std::span<const ts::SGDStepTensors<T, ts::cpu>>(entries), so);
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    expect_same_values(p2[i], p1[i], "sgd param " + std::to_string(i));
+    expect_same_values(b2[i], b1[i], "sgd buffer " + std::to_string(i));
+  }
+
+  const ts::AdamStepOptions ao{.lr = 1e-2, .weight_decay = 1e-2, .amsgrad = true};
+  const int64_t steps[] = {1, 3, 2, 7};
+  std::vector<ts::Tensor<T, ts::cpu>> q1, q2, m1, m2, v1, v2, x1, x2;
+  for (const auto& s : shapes) {
+    q1.push_back(draw(s)), q2.push_back(q1.back().clone());
+    m1.push_back(draw(s)), m2.push_back(m1.back().clone());
+    v1.push_back(ts::abs(draw(s))), v2.push_back(v1.back().clone());
+    x1.push_back(ts::abs(draw(s))), x2.push_back(x1.back().clone());
+  }
+  std::vector<ts::AdamStepTensors<T, ts::cpu>> adam_entries;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    adam_entries.push_back({q2[i], g[i].reshape(q2[i].shape()), m2[i], v2[i], x2[i], steps[i]});
+    ts::adam_step(q1[i], g[i].reshape(q1[i].shape()), m1[i], v1[i], x1[i], steps[i], ao);
+  }
+  ts::adam_step(std::span<const ts::AdamStepTensors<T, ts::cpu>>(adam_entries), ao);
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const std::string at = " " + std::to_string(i);
+    expect_same_values(q2[i], q1[i], "adam param" + at);
+    expect_same_values(m2[i], m1[i], "adam exp_avg" + at);
+    expect_same_values(v2[i], v1[i], "adam exp_avg_sq" + at);
+    expect_same_values(x2[i], x1[i], "adam max_exp_avg_sq" + at);
+  }
+}
+
+// Every entry is checked before anything is written: a bad later entry, or two entries writing
+// one tensor, throws and leaves the earlier entries as they were.
+TYPED_TEST(OptimStep, MultiTensorErrorsWriteNothing) {
+  using T = TypeParam;
+  ts::Generator rng(42);
+  const auto w = ts::randn<T, ts::cpu>({8}, rng), g = ts::randn<T, ts::cpu>({8}, rng);
+  const auto w2 = ts::randn<T, ts::cpu>({8}, rng), before = w.clone();
+  using E = ts::SGDStepTensors<T, ts::cpu>;
+  const ts::SGDStepOptions o{.lr = 0.1};
+  const std::vector<E> bad_shape = {{w, g, {}, false},
+                                    {w2, ts::randn<T, ts::cpu>({3}, rng), {}, false}};
+  EXPECT_THROW(ts::sgd_step(std::span<const E>(bad_shape), o), ts::shape_error);
+  expect_same_values(w, before, "after a bad grad shape in entry 1");
+  const std::vector<E> shared = {{w, g, {}, false}, {w, g, {}, false}};
+  try {
+    ts::sgd_step(std::span<const E>(shared), o);
+    ADD_FAILURE() << "two entries writing one tensor did not throw";
+  } catch (const ts::shape_error& e) {
+    EXPECT_NE(std::string(e.what()).find("entries 0 and 1"), std::string::npos) << e.what();
+  }
+  expect_same_values(w, before, "after two entries writing one tensor");
+  using A = ts::AdamStepTensors<T, ts::cpu>;
+  const auto m = ts::zeros<T, ts::cpu>({8}), v = ts::zeros<T, ts::cpu>({8});
+  const std::vector<A> bad_step = {{w, g, m, v, {}, 1}, {w2, g, m.clone(), v.clone(), {}, 0}};
+  EXPECT_THROW(ts::adam_step(std::span<const A>(bad_step), ts::AdamStepOptions{}), ts::error);
+  expect_same_values(w, before, "after a bad step in entry 1");
 }
 
 TYPED_TEST(OptimStep, ScalarAndEmptyShapes) {

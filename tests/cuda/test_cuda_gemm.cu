@@ -806,6 +806,62 @@ double optim_rtol() {
   return std::is_same_v<T, float> ? 1e-6 : 1e-14;
 }
 
+// The multi-tensor steps on CUDA: 20 tensors of 1 to 2900 elements (blocks of 1024 and
+// tails) against the CPU's multi-tensor step; one entry at a later step than the others, so two
+// flag combinations: SGD in 3 launches (16 + 3 of one, 1 of the other), Adam in 2 (16 + 4).
+TYPED_TEST(CudaOptim, MultiTensorStepsMatchCpuInFewLaunches) {
+  using T = TypeParam;
+  namespace d = ts::detail;
+  constexpr int count = 20;
+  std::vector<HostT<T>> w, buf, g, m, v;
+  std::vector<DevT<T>> dw, dbuf, dg, dm, dv;
+  for (int i = 0; i < count; ++i) {
+    const int64_t n = 1 + 151 * i;
+    w.push_back(sample<T>({n}, 900 + i)), g.push_back(sample<T>({n}, 950 + i));
+    buf.push_back(sample<T>({n}, 1000 + i));
+    m.push_back(sample<T>({n}, 1050 + i)), v.push_back(ts::abs(sample<T>({n}, 1100 + i)));
+    dw.push_back(w.back().template to<ts::cuda>()), dg.push_back(g.back().template to<ts::cuda>());
+    dbuf.push_back(buf.back().template to<ts::cuda>());
+    dm.push_back(m.back().template to<ts::cuda>()), dv.push_back(v.back().template to<ts::cuda>());
+  }
+  const ts::SGDStepOptions so{.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-3};
+  std::vector<ts::SGDStepTensors<T, ts::cpu>> host;
+  std::vector<ts::SGDStepTensors<T, ts::cuda>> dev;
+  for (int i = 0; i < count; ++i) {
+    host.push_back({w[i], g[i], buf[i], i != 7});
+    dev.push_back({dw[i], dg[i], dbuf[i], i != 7});
+  }
+  ts::sgd_step(std::span<const ts::SGDStepTensors<T, ts::cpu>>(host), so);
+  const int64_t before = d::cuda_optim_batches().load();
+  ts::sgd_step(std::span<const ts::SGDStepTensors<T, ts::cuda>>(dev), so);
+  EXPECT_EQ(d::cuda_optim_batches().load() - before, 3) << "sgd launches";
+  for (int i = 0; i < count; ++i) {
+    expect_close(dw[i].template to<ts::cpu>(), w[i], optim_rtol<T>(), 1e-12,
+                 "multi sgd param " + std::to_string(i));
+    expect_close(dbuf[i].template to<ts::cpu>(), buf[i], optim_rtol<T>(), 1e-12,
+                 "multi sgd buffer " + std::to_string(i));
+  }
+  const ts::AdamStepOptions ao{.lr = 1e-2, .weight_decay = 1e-2, .decoupled_weight_decay = true};
+  std::vector<ts::AdamStepTensors<T, ts::cpu>> adam_host;
+  std::vector<ts::AdamStepTensors<T, ts::cuda>> adam_dev;
+  for (int i = 0; i < count; ++i) {
+    adam_host.push_back({w[i], g[i], m[i], v[i], {}, 1 + i % 3});
+    adam_dev.push_back({dw[i], dg[i], dm[i], dv[i], {}, 1 + i % 3});
+  }
+  ts::adam_step(std::span<const ts::AdamStepTensors<T, ts::cpu>>(adam_host), ao);
+  const int64_t adam_before = d::cuda_optim_batches().load();
+  ts::adam_step(std::span<const ts::AdamStepTensors<T, ts::cuda>>(adam_dev), ao);
+  EXPECT_EQ(d::cuda_optim_batches().load() - adam_before, 2) << "adam launches";
+  for (int i = 0; i < count; ++i) {
+    expect_close(dw[i].template to<ts::cpu>(), w[i], optim_rtol<T>(), 1e-12,
+                 "multi adam param " + std::to_string(i));
+    expect_close(dm[i].template to<ts::cpu>(), m[i], optim_rtol<T>(), 1e-12,
+                 "multi adam exp_avg " + std::to_string(i));
+    expect_close(dv[i].template to<ts::cpu>(), v[i], optim_rtol<T>(), 1e-12,
+                 "multi adam exp_avg_sq " + std::to_string(i));
+  }
+}
+
 TYPED_TEST(CudaOptim, SgdMatchesCpuForEveryFlagCombination) {
   using T = TypeParam;
   const ts::SGDStepOptions cases[] = {

@@ -1,15 +1,18 @@
 // tessera/ops/optim_step.hpp - fused optimizer updates as free functions: sgd_step (SGD with
 // momentum, dampening, Nesterov, weight decay) and adam_step (Adam, AdamW, AMSGrad), with the
 // semantics of torch.optim.SGD and torch.optim.Adam / AdamW. Each call updates one parameter
-// tensor and its state in place in one pass over memory. Validation here; the arithmetic is the
+// tensor and its state, or a list of them (multi-tensor: one launch for many on CUDA), in place
+// in one pass over memory. Validation here; the arithmetic is the
 // backend's optim_kernel, which works on contiguous arrays (other layouts go through contiguous
 // copies that are written back).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
+#include <span>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "../core/tensor.hpp"
 #include "../core/tensor_copy.hpp"
@@ -55,6 +58,25 @@ struct AdamStepOptions {
   /// Ascend instead of descend (the gradient's sign is flipped before anything else).
   bool maximize = false;
 };
+
+/// One parameter's tensors for the multi-tensor sgd_step (see the single-tensor one for each).
+template <class T, class B>
+struct SGDStepTensors {
+  Tensor<T, B> param, grad, momentum_buffer;
+  bool first_step = false;
+};
+
+/// One parameter's tensors for the multi-tensor adam_step (see the single-tensor one for each).
+template <class T, class B>
+struct AdamStepTensors {
+  Tensor<T, B> param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq;
+  int64_t step = 1;
+};
+
+template <element_type T, class B>
+void sgd_step(std::span<const SGDStepTensors<T, B>> tensors, const SGDStepOptions& opts);
+template <element_type T, class B>
+void adam_step(std::span<const AdamStepTensors<T, B>> tensors, const AdamStepOptions& opts);
 
 namespace detail {
 
@@ -148,6 +170,23 @@ void optim_check_tensors(std::string_view op, const Tensor<T, B>& grad,
                           " share memory (each must be a separate, non-overlapping tensor)");
 }
 
+/// Checks that no tensor written for one entry of a multi-tensor update overlaps one written
+/// for another (each entry's own tensors are checked by optim_check_tensors); written(entry,
+/// each) calls each(tensor) for the entry's written tensors.
+template <class Entry, class Written>
+void optim_check_disjoint(std::string_view op, std::span<const Entry> entries, Written written) {
+  for (size_t i = 0; i < entries.size(); ++i)
+    for (size_t j = i + 1; j < entries.size(); ++j)
+      written(entries[i], [&](const auto& a) {
+        written(entries[j], [&](const auto& b) {
+          if (optim_may_overlap(a, b))
+            fail<shape_error>(op, "entries ", i, " and ", j,
+                              " write overlapping memory (each parameter and state must be a "
+                              "separate tensor)");
+        });
+      });
+}
+
 /// The contiguous tensor the kernel updates in place of `user`: user itself when contiguous,
 /// else a contiguous copy that write_back stores into user afterwards.
 template <class T, class B>
@@ -188,6 +227,17 @@ Tensor<T, B> optim_grad(const Tensor<T, B>& grad, const optim_state<T, B> (&w)[N
 template <element_type T, class B>
 void sgd_step(const Tensor<T, B>& param, const Tensor<T, B>& grad,
               const Tensor<T, B>& momentum_buffer, const SGDStepOptions& opts, bool first_step) {
+  const SGDStepTensors<T, B> one{param, grad, momentum_buffer, first_step};
+  sgd_step(std::span<const SGDStepTensors<T, B>>(&one, 1), opts);
+}
+
+/// The multi-tensor sgd_step: one step of torch.optim.SGD on every entry of `tensors` (each as
+/// the single-tensor sgd_step above, with its own first_step), every check made before anything
+/// is written, then one fused pass where the backend has one for many tensors
+/// (optim_kernel<B>::sgd_many: CUDA launches one kernel for up to 16 tensors), else one per
+/// tensor. The written tensors of different entries must not overlap either (shape_error).
+template <element_type T, class B>
+void sgd_step(std::span<const SGDStepTensors<T, B>> tensors, const SGDStepOptions& opts) {
   constexpr std::string_view op = "sgd_step";
   detail::optim_require_dtype<T>(op);
   detail::optim_check_option(op, "lr", opts.lr, opts.lr >= 0, "finite and >= 0");
@@ -198,40 +248,61 @@ void sgd_step(const Tensor<T, B>& param, const Tensor<T, B>& grad,
   if (opts.nesterov && (opts.momentum <= 0 || opts.dampening != 0))
     detail::fail<error>(op, "nesterov needs momentum > 0 and dampening == 0, got momentum = ",
                         opts.momentum, ", dampening = ", opts.dampening);
-  if (!param.defined()) detail::fail<error>(op, "param is undefined (default-constructed)");
   const bool use_buf = opts.momentum != 0;
-  if (use_buf && !momentum_buffer.defined())
-    detail::fail<error>(op, "momentum = ", opts.momentum,
-                        " needs a momentum_buffer, got an undefined tensor");
-  if (momentum_buffer.defined()) {
-    const detail::optim_state<T, B> w[] = {{"param", &param},
-                                           {"momentum_buffer", &momentum_buffer}};
-    detail::optim_check_tensors(op, grad, w);
-  } else {
-    const detail::optim_state<T, B> w[] = {{"param", &param}};
-    detail::optim_check_tensors(op, grad, w);
+  for (const auto& t : tensors) {
+    if (!t.param.defined()) detail::fail<error>(op, "param is undefined (default-constructed)");
+    if (use_buf && !t.momentum_buffer.defined())
+      detail::fail<error>(op, "momentum = ", opts.momentum,
+                          " needs a momentum_buffer, got an undefined tensor");
+    if (t.momentum_buffer.defined()) {
+      const detail::optim_state<T, B> w[] = {{"param", &t.param},
+                                             {"momentum_buffer", &t.momentum_buffer}};
+      detail::optim_check_tensors(op, t.grad, w);
+    } else {
+      const detail::optim_state<T, B> w[] = {{"param", &t.param}};
+      detail::optim_check_tensors(op, t.grad, w);
+    }
   }
-  if (param.numel() == 0) return;
+  detail::optim_check_disjoint(op, tensors, [&](const SGDStepTensors<T, B>& t, auto&& each) {
+    each(t.param);
+    if (use_buf) each(t.momentum_buffer);
+  });
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    const detail::optim_work<T, B> p(param),
-        buf = use_buf ? detail::optim_work<T, B>(momentum_buffer) : detail::optim_work<T, B>();
-    const detail::optim_state<T, B> w[] = {{"param", &param},
-                                           {"momentum_buffer", &momentum_buffer}};
-    const Tensor<T, B> g = detail::optim_grad(grad, w);
-    const detail::sgd_problem<T> pr{.param = p.data(),
-                                    .grad = g.data(),
-                                    .momentum_buffer = buf.data(),
-                                    .n = param.numel(),
-                                    .lr = static_cast<T>(opts.lr),
-                                    .momentum = static_cast<T>(opts.momentum),
-                                    .one_minus_dampening = static_cast<T>(1 - opts.dampening),
-                                    .weight_decay = static_cast<T>(opts.weight_decay),
-                                    .grad_sign = T(opts.maximize ? -1 : 1),
-                                    .nesterov = opts.nesterov,
-                                    .first_step = first_step};
-    backend::optim_kernel<B>::sgd(pr);
-    p.write_back();
-    buf.write_back();
+    struct job {
+      detail::optim_work<T, B> p, buf;
+      Tensor<T, B> g;
+    };
+    std::vector<job> jobs;
+    std::vector<detail::sgd_problem<T>> problems;
+    for (const auto& t : tensors) {
+      if (t.param.numel() == 0) continue;
+      const detail::optim_state<T, B> w[] = {{"param", &t.param},
+                                             {"momentum_buffer", &t.momentum_buffer}};
+      job& j = jobs.emplace_back(
+          job{detail::optim_work<T, B>(t.param),
+              use_buf ? detail::optim_work<T, B>(t.momentum_buffer) : detail::optim_work<T, B>(),
+              detail::optim_grad(t.grad, w)});
+      problems.push_back({.param = j.p.data(),
+                          .grad = j.g.data(),
+                          .momentum_buffer = j.buf.data(),
+                          .n = t.param.numel(),
+                          .lr = static_cast<T>(opts.lr),
+                          .momentum = static_cast<T>(opts.momentum),
+                          .one_minus_dampening = static_cast<T>(1 - opts.dampening),
+                          .weight_decay = static_cast<T>(opts.weight_decay),
+                          .grad_sign = T(opts.maximize ? -1 : 1),
+                          .nesterov = opts.nesterov,
+                          .first_step = t.first_step});
+    }
+    if (problems.empty()) return;
+    if constexpr (requires {
+                    backend::optim_kernel<B>::sgd_many(
+                        std::span<const detail::sgd_problem<T>>(problems));
+                  })
+      backend::optim_kernel<B>::sgd_many(std::span<const detail::sgd_problem<T>>(problems));
+    else
+      for (const auto& pr : problems) backend::optim_kernel<B>::sgd(pr);
+    for (const job& j : jobs) j.p.write_back(), j.buf.write_back();
   }
 }
 
@@ -254,6 +325,17 @@ template <element_type T, class B>
 void adam_step(const Tensor<T, B>& param, const Tensor<T, B>& grad, const Tensor<T, B>& exp_avg,
                const Tensor<T, B>& exp_avg_sq, const Tensor<T, B>& max_exp_avg_sq, int64_t step,
                const AdamStepOptions& opts) {
+  const AdamStepTensors<T, B> one{param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step};
+  adam_step(std::span<const AdamStepTensors<T, B>>(&one, 1), opts);
+}
+
+/// The multi-tensor adam_step: one step of torch.optim.Adam / AdamW on every entry of `tensors`
+/// (each as the single-tensor adam_step above, with its own step count), every check made before
+/// anything is written, then one fused pass where the backend has one for many tensors
+/// (optim_kernel<B>::adam_many: CUDA launches one kernel for up to 16 tensors), else one per
+/// tensor. The written tensors of different entries must not overlap either (shape_error).
+template <element_type T, class B>
+void adam_step(std::span<const AdamStepTensors<T, B>> tensors, const AdamStepOptions& opts) {
   constexpr std::string_view op = "adam_step";
   detail::optim_require_dtype<T>(op);
   detail::optim_check_option(op, "lr", opts.lr, opts.lr >= 0, "finite and >= 0");
@@ -264,55 +346,80 @@ void adam_step(const Tensor<T, B>& param, const Tensor<T, B>& grad, const Tensor
   detail::optim_check_option(op, "eps", opts.eps, opts.eps >= 0, "finite and >= 0");
   detail::optim_check_option(op, "weight_decay", opts.weight_decay, opts.weight_decay >= 0,
                              "finite and >= 0");
-  if (step < 1)
-    detail::fail<error>(op, "step = ", step, " must be >= 1 (the count after this step)");
-  if (!param.defined()) detail::fail<error>(op, "param is undefined (default-constructed)");
-  if (!exp_avg.defined()) detail::fail<error>(op, "exp_avg is undefined (default-constructed)");
-  if (!exp_avg_sq.defined())
-    detail::fail<error>(op, "exp_avg_sq is undefined (default-constructed)");
-  if (opts.amsgrad && !max_exp_avg_sq.defined())
-    detail::fail<error>(op, "amsgrad needs max_exp_avg_sq, got an undefined tensor");
-  const detail::optim_state<T, B> all[] = {{"param", &param},
-                                           {"exp_avg", &exp_avg},
-                                           {"exp_avg_sq", &exp_avg_sq},
-                                           {"max_exp_avg_sq", &max_exp_avg_sq}};
-  if (max_exp_avg_sq.defined()) {
-    detail::optim_check_tensors(op, grad, all);
-  } else {
-    const detail::optim_state<T, B> w[] = {all[0], all[1], all[2]};
-    detail::optim_check_tensors(op, grad, w);
+  for (const auto& t : tensors) {
+    if (t.step < 1)
+      detail::fail<error>(op, "step = ", t.step, " must be >= 1 (the count after this step)");
+    if (!t.param.defined()) detail::fail<error>(op, "param is undefined (default-constructed)");
+    if (!t.exp_avg.defined()) detail::fail<error>(op, "exp_avg is undefined (default-constructed)");
+    if (!t.exp_avg_sq.defined())
+      detail::fail<error>(op, "exp_avg_sq is undefined (default-constructed)");
+    if (opts.amsgrad && !t.max_exp_avg_sq.defined())
+      detail::fail<error>(op, "amsgrad needs max_exp_avg_sq, got an undefined tensor");
+    const detail::optim_state<T, B> all[] = {{"param", &t.param},
+                                             {"exp_avg", &t.exp_avg},
+                                             {"exp_avg_sq", &t.exp_avg_sq},
+                                             {"max_exp_avg_sq", &t.max_exp_avg_sq}};
+    if (t.max_exp_avg_sq.defined()) {
+      detail::optim_check_tensors(op, t.grad, all);
+    } else {
+      const detail::optim_state<T, B> w[] = {all[0], all[1], all[2]};
+      detail::optim_check_tensors(op, t.grad, w);
+    }
   }
-  if (param.numel() == 0) return;
+  detail::optim_check_disjoint(op, tensors, [&](const AdamStepTensors<T, B>& t, auto&& each) {
+    each(t.param), each(t.exp_avg), each(t.exp_avg_sq);
+    if (opts.amsgrad) each(t.max_exp_avg_sq);
+  });
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    const detail::optim_work<T, B> p(param), m(exp_avg), v(exp_avg_sq),
-        vmax = opts.amsgrad ? detail::optim_work<T, B>(max_exp_avg_sq) : detail::optim_work<T, B>();
-    const Tensor<T, B> g = detail::optim_grad(grad, all);
-    const double s = static_cast<double>(step);
-    const double bc1 = 1 - std::pow(opts.beta1, s), bc2 = 1 - std::pow(opts.beta2, s);
+    struct job {
+      detail::optim_work<T, B> p, m, v, vmax;
+      Tensor<T, B> g;
+    };
+    std::vector<job> jobs;
+    std::vector<detail::adam_problem<T>> problems;
     const bool decoupled = opts.decoupled_weight_decay;
-    const detail::adam_problem<T> pr{
-        .param = p.data(),
-        .grad = g.data(),
-        .exp_avg = m.data(),
-        .exp_avg_sq = v.data(),
-        .max_exp_avg_sq = vmax.data(),
-        .n = param.numel(),
-        .grad_sign = T(opts.maximize ? -1 : 1),
-        .weight_decay = static_cast<T>(decoupled ? 0.0 : opts.weight_decay),
-        .param_decay = static_cast<T>(decoupled ? 1 - opts.lr * opts.weight_decay : 1.0),
-        .beta1 = static_cast<T>(opts.beta1),
-        .beta2 = static_cast<T>(opts.beta2),
-        .one_minus_beta1 = static_cast<T>(1 - opts.beta1),
-        .one_minus_beta2 = static_cast<T>(1 - opts.beta2),
-        .eps = static_cast<T>(opts.eps),
-        .step_size = static_cast<T>(opts.lr / bc1),
-        .inv_sqrt_bias_correction2 = static_cast<T>(1 / std::sqrt(bc2)),
-        .amsgrad = opts.amsgrad};
-    backend::optim_kernel<B>::adam(pr);
-    p.write_back();
-    m.write_back();
-    v.write_back();
-    vmax.write_back();
+    for (const auto& t : tensors) {
+      if (t.param.numel() == 0) continue;
+      const detail::optim_state<T, B> all[] = {{"param", &t.param},
+                                               {"exp_avg", &t.exp_avg},
+                                               {"exp_avg_sq", &t.exp_avg_sq},
+                                               {"max_exp_avg_sq", &t.max_exp_avg_sq}};
+      job& j = jobs.emplace_back(job{
+          detail::optim_work<T, B>(t.param), detail::optim_work<T, B>(t.exp_avg),
+          detail::optim_work<T, B>(t.exp_avg_sq),
+          opts.amsgrad ? detail::optim_work<T, B>(t.max_exp_avg_sq) : detail::optim_work<T, B>(),
+          detail::optim_grad(t.grad, all)});
+      const double s = static_cast<double>(t.step);
+      const double bc1 = 1 - std::pow(opts.beta1, s), bc2 = 1 - std::pow(opts.beta2, s);
+      problems.push_back(
+          {.param = j.p.data(),
+           .grad = j.g.data(),
+           .exp_avg = j.m.data(),
+           .exp_avg_sq = j.v.data(),
+           .max_exp_avg_sq = j.vmax.data(),
+           .n = t.param.numel(),
+           .grad_sign = T(opts.maximize ? -1 : 1),
+           .weight_decay = static_cast<T>(decoupled ? 0.0 : opts.weight_decay),
+           .param_decay = static_cast<T>(decoupled ? 1 - opts.lr * opts.weight_decay : 1.0),
+           .beta1 = static_cast<T>(opts.beta1),
+           .beta2 = static_cast<T>(opts.beta2),
+           .one_minus_beta1 = static_cast<T>(1 - opts.beta1),
+           .one_minus_beta2 = static_cast<T>(1 - opts.beta2),
+           .eps = static_cast<T>(opts.eps),
+           .step_size = static_cast<T>(opts.lr / bc1),
+           .inv_sqrt_bias_correction2 = static_cast<T>(1 / std::sqrt(bc2)),
+           .amsgrad = opts.amsgrad});
+    }
+    if (problems.empty()) return;
+    if constexpr (requires {
+                    backend::optim_kernel<B>::adam_many(
+                        std::span<const detail::adam_problem<T>>(problems));
+                  })
+      backend::optim_kernel<B>::adam_many(std::span<const detail::adam_problem<T>>(problems));
+    else
+      for (const auto& pr : problems) backend::optim_kernel<B>::adam(pr);
+    for (const job& j : jobs)
+      j.p.write_back(), j.m.write_back(), j.v.write_back(), j.vmax.write_back();
   }
 }
 

@@ -73,13 +73,16 @@ class SGD : public Optimizer<T, B> {
                      .weight_decay = options_.weight_decay,
                      .nesterov = options_.nesterov,
                      .maximize = options_.maximize};
+    // Every parameter with a gradient in one multi-tensor update (one launch for many on CUDA).
+    std::vector<SGDStepTensors<T, B>> tensors;
     for (size_t i = 0; i < this->params_.size(); ++i) {
       const auto& p = this->params_[i];
       if (!p.grad().defined()) continue;
       const bool first = options_.momentum != 0 && !buffers_[i].defined();
       if (first) buffers_[i] = Tensor<T, B>(p.shape());
-      sgd_step(p.value(), p.grad(), buffers_[i], o, first);
+      tensors.push_back({p.value(), p.grad(), buffers_[i], first});
     }
+    sgd_step(std::span<const SGDStepTensors<T, B>>(tensors), o);
   }
   /// The momentum buffer of parameter i (undefined before its first step or without momentum).
   const Tensor<T, B>& momentum_buffer(size_t i) const { return buffers_.at(i); }
@@ -119,6 +122,8 @@ class Adam : public Optimizer<T, B> {
                       .decoupled_weight_decay = decoupled_,
                       .amsgrad = options_.amsgrad,
                       .maximize = options_.maximize};
+    // Every parameter with a gradient in one multi-tensor update (one launch for many on CUDA).
+    std::vector<AdamStepTensors<T, B>> tensors;
     for (size_t i = 0; i < this->params_.size(); ++i) {
       const auto& p = this->params_[i];
       if (!p.grad().defined()) continue;
@@ -128,9 +133,14 @@ class Adam : public Optimizer<T, B> {
         s.exp_avg_sq = zeros<T, B>(p.shape());
         if (options_.amsgrad) s.max_exp_avg_sq = zeros<T, B>(p.shape());
       }
-      ++s.step;
-      adam_step(p.value(), p.grad(), s.exp_avg, s.exp_avg_sq, s.max_exp_avg_sq, s.step, o);
+      tensors.push_back(
+          {p.value(), p.grad(), s.exp_avg, s.exp_avg_sq, s.max_exp_avg_sq, s.step + 1});
     }
+    adam_step(std::span<const AdamStepTensors<T, B>>(tensors), o);
+    // The step counts advance only once the update has been made (a throw leaves them as they
+    // were, like the tensors).
+    for (size_t i = 0; i < this->params_.size(); ++i)
+      if (this->params_[i].grad().defined()) ++state_[i].step;
   }
   /// Per-parameter state: step count and moment estimates.
   struct param_state {
@@ -181,7 +191,9 @@ double clip_grad_norm(const std::vector<Variable<T, B>>& params, double max_norm
   if (total > max_norm) {
     const T scale = static_cast<T>(max_norm / (total + 1e-6));
     for (const auto& p : params)
-      if (p.grad().defined()) map_to(p.grad(), [scale](T g) { return g * scale; }, p.grad());
+      if (p.grad().defined())
+        map_to(
+            p.grad(), [scale](T g) { return g * scale; }, p.grad());
   }
   return total;
 }
