@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(cuda_gemm_threads)
     }
 
     // Epilogue (cuda_gemm_store, or the raw sums of a split k's part).
-    Acc* const part = p.partial ? p.partial + z * p.m * p.n : nullptr;
+    Acc* const part = cuda_gemm_part_of(p, z);  // split k: raw sums, else null
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int64_t gi = m0 + ty + 16 * i;

@@ -179,9 +179,18 @@ __device__ __forceinline__ void cuda_gemm_store(const cuda_gemm_args<TA, TB, Acc
     *out = TC(static_cast<float>(v));
 }
 
-/// The epilogue of every GEMM kernel: under a split k the raw sum into part, the
-/// [m][n] buffer of this product's part (p.partial + z m n; cuda_gemm_split_reduce finishes it),
-/// else (part null) cuda_gemm_store into c, the product's batch matrix.
+/// The [m][n] buffer of raw sums of product z of a kernel's loop under a split k (p.partial + z m
+/// n), or null without one. Kernels ask for it after their k loop, so that it is not held in a
+/// register through the loop.
+template <class TA, class TB, class Acc, class TC>
+__device__ __forceinline__ Acc* cuda_gemm_part_of(const cuda_gemm_args<TA, TB, Acc, TC>& p,
+                                                  int64_t z) {
+  return p.partial ? p.partial + z * p.m * p.n : nullptr;
+}
+
+/// The epilogue of every GEMM kernel: under a split k the raw sum into part (cuda_gemm_part_of;
+/// cuda_gemm_split_reduce finishes it), else (part null) cuda_gemm_store into c, the product's
+/// batch matrix.
 template <class TA, class TB, class Acc, class TC>
 __device__ __forceinline__ void cuda_gemm_store_part(const cuda_gemm_args<TA, TB, Acc, TC>& p,
                                                      TC* c, Acc* part, int64_t gi, int64_t gj,

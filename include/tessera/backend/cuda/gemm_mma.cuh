@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(cuda_mma_threads, 2)
                 }
             }
           });
-    Acc* const part = p.partial ? p.partial + z * p.m * p.n : nullptr;  // split k: raw sums
+    Acc* const part = cuda_gemm_part_of(p, z);  // split k: raw sums, else null
     // Epilogue from the registers: lane (g, t) = (lane / 4, lane % 4) holds rows g and g + 8,
     // columns 2t and 2t + 1 of each 16 x 8 tile.
     const int64_t r0 = m0 + wm + lane / 4, c0 = n0 + wn + lane % 4 * 2;

@@ -368,7 +368,7 @@ __global__ void __launch_bounds__(cuda_tc_threads)
     }
     __syncthreads();  // every warp is done with the tiles: the staging tiles overlay them
 
-    Acc* const part = p.partial ? p.partial + z * p.m * p.n : nullptr;  // split k: raw sums
+    Acc* const part = cuda_gemm_part_of(p, z);  // split k: raw sums, else null
     cuda_tc_epilogue(p, c, part, acc, Cs, m0 + wm * 64, n0 + wn * 32, lane);
     __syncthreads();  // the next batch matrix reuses the shared tiles
   }

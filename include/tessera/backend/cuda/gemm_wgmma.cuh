@@ -183,8 +183,8 @@ __global__ void __launch_bounds__(cuda_wgmma_threads, 1)
             // passed the next barrier. Step kt's reads its slot while the next step's copies land.
             cuda_wgmma_wait<1>();
           });
-    cuda_wgmma_wait<0>();  // the accumulators are complete
-    Acc* const part = p.partial ? p.partial + z * p.m * p.n : nullptr;  // split k: raw sums
+    cuda_wgmma_wait<0>();                       // the accumulators are complete
+    Acc* const part = cuda_gemm_part_of(p, z);  // split k: raw sums, else null
     // Epilogue from the registers (cuda_wgmma_m64n128's layout).
     const int64_t r0 = m0 + 64 * wg + 16 * (l / 32) + l % 32 / 4, c0 = n0 + l % 4 * 2;
 #pragma unroll
