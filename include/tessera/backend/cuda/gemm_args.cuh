@@ -68,6 +68,16 @@ struct cuda_conv_gather {
   cuda_fast_div wo;  // output row length: p = oy * wo + ox (p below 2^31)
   int32_t stride_h = 1, stride_w = 1, pad_top = 0, pad_left = 0;
   int32_t pixel = 1;  // elements from one input pixel to the next
+
+  /// The top-left input position (y0, x0) that output pixel p (0 <= p < 2^31) reads from.
+  struct origin {
+    int y0, x0;
+  };
+  __device__ __forceinline__ origin origin_of(int p) const {
+    const int oy = static_cast<int>(wo(static_cast<uint32_t>(p))),
+              ox = p - oy * static_cast<int>(wo.d);
+    return {oy * stride_h - pad_top, ox * stride_w - pad_left};
+  }
 };
 
 /// A gemm_problem as the kernel reads it: the same fields, with the batch offsets as strides
@@ -212,9 +222,8 @@ __device__ __forceinline__ void cuda_conv_gather_load(const T* image, const cuda
                                                       Cvt cvt) {
   const int64_t p = n0 + col;
   const bool inside = p < n;
-  const int pi = inside ? static_cast<int>(p) : 0;  // n, the pixels per image, is below 2^31
-  const int oy = static_cast<int>(g.wo(pi)), ox = pi - oy * static_cast<int>(g.wo.d);
-  const int y0 = oy * g.stride_h - g.pad_top, x0 = ox * g.stride_w - g.pad_left;
+  // n, the pixels per image, is below 2^31.
+  const auto [y0, x0] = g.origin_of(inside ? static_cast<int>(p) : 0);
   const int64_t corner = int64_t{y0} * g.w + x0;
 #pragma unroll
   for (int i = 0; i < N; ++i) {
@@ -247,10 +256,9 @@ __device__ __forceinline__ void cuda_copy_conv_tile(E* bs, At b_at, const E* ima
     int bytes = 0;
     if (p < n && kk < k) {
       // n, the pixels per image, is below 2^31: the position fits 32 bits (cuda_fast_div).
-      const int pi = static_cast<int>(p), oy = static_cast<int>(g.wo(pi));
-      const int ox = pi - oy * static_cast<int>(g.wo.d);
+      const auto [y0, x0] = g.origin_of(static_cast<int>(p));
       const cuda_conv_tap t = g.taps[kk / V];
-      const int y = oy * g.stride_h - g.pad_top + t.dy, x = ox * g.stride_w - g.pad_left + t.dx;
+      const int y = y0 + t.dy, x = x0 + t.dx;
       if (static_cast<unsigned>(y) < static_cast<unsigned>(g.h) &&
           static_cast<unsigned>(x) < static_cast<unsigned>(g.w)) {
         src = image + (int64_t{y} * g.w + x) * g.pixel + t.offset;
