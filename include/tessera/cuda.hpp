@@ -13,12 +13,13 @@
 #include "tessera.hpp"
 
 // The CUDA backend: specialisations of backend::memory, map_kernel, reduce_kernel, gemm_kernel,
-// conv_kernel, pool_kernel and optim_kernel for cuda.
+// conv_kernel, pool_kernel, optim_kernel and loss_kernel for cuda.
 #include "backend/cuda/conv.cuh"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/error.hpp"
 #include "backend/cuda/gemm.cuh"
 #include "backend/cuda/launch.hpp"
+#include "backend/cuda/loss.cuh"
 #include "backend/cuda/memory.hpp"
 #include "backend/cuda/optim.cuh"
 #include "backend/cuda/pool.cuh"

@@ -343,6 +343,23 @@ class CudaPool : public CudaFixture {};
 using PoolDtypes = ::testing::Types<float, double, ts::half>;
 TYPED_TEST_SUITE(CudaPool, PoolDtypes);
 
+/// Autograd's max pooling backward (the gather over the forward pass's windows) gives `want`,
+/// the CPU's scatter, exactly, in one launch and without waiting for the device.
+template <class T>
+void expect_gathered_max_backward(const ts::Tensor<T, ts::cpu>& x, const ts::Pool2dOptions& o,
+                                  const ts::Tensor<T, ts::cpu>& g,
+                                  const ts::Tensor<int64_t, ts::cuda>& indices,
+                                  const ts::Tensor<T, ts::cpu>& want, const std::string& what) {
+  const auto plan = ts::detail::max_pool_plan("max_pool2d", x, o);
+  const auto gd = g.template to<ts::cuda>();
+  const ts::cuda_activity before = ts::cuda_activity_counts();
+  const auto got = ts::detail::max_pool2d_backward_of_forward(plan, gd, indices, x.shape());
+  const ts::cuda_activity after = ts::cuda_activity_counts();
+  EXPECT_EQ(after.launches - before.launches, 1) << what;
+  EXPECT_EQ(after.host_waits - before.host_waits, 0) << what;
+  expect_close(got.template to<ts::cpu>(), want, 0, 0, what + " backward (gather)");
+}
+
 TYPED_TEST(CudaPool, MaxPoolingValuesIndicesAndGradient) {
   using T = TypeParam;
   uint64_t seed = 500;
@@ -359,11 +376,15 @@ TYPED_TEST(CudaPool, MaxPoolingValuesIndicesAndGradient) {
     expect_close(
         ts::max_pool2d_backward(g.template to<ts::cuda>(), got.indices, c.x).template to<ts::cpu>(),
         gx, 0, 0, what + " backward");
+    expect_gathered_max_backward(x, c.o, g, got.indices, gx, what);
     c.o.dilation = {2, 1};  // dilation is max pooling's alone
     if (c.o.padding[0] == 0) {
       const auto wd = ts::max_pool2d_with_indices(x, c.o);
       const auto gd = ts::max_pool2d_with_indices(x.template to<ts::cuda>(), c.o);
       EXPECT_TRUE(same_bits(gd.indices.template to<ts::cpu>(), wd.indices)) << what << " dilated";
+      const auto gg = ints<T>(wd.values.shape(), seed++);
+      expect_gathered_max_backward(x, c.o, gg, gd.indices,
+                                   ts::max_pool2d_backward(gg, wd.indices, c.x), what + " dilated");
     }
   }
 }

@@ -81,14 +81,51 @@ TEST_F(CudaLoss, NllLossAndItsGradientMatchCpu) {
   }
 }
 
-TEST_F(CudaLoss, LabelErrorsAreCheckedOnTheHost) {
+// The device checks the labels without a wait; a bad one throws the op's index_error at the next
+// wait for the device (here the loss's own read), and its loss is not trusted.
+TEST_F(CudaLoss, BadLabelsThrowAtTheNextWait) {
   const auto x = ts::zeros<float, ts::cuda>({3, 4});
   auto l = ts::zeros<int64_t, ts::cpu>({3});
+  (void)ts::cross_entropy(x, l.to<ts::cuda>()).item();  // builds what the op keeps (a wait)
   l.data()[1] = 4;
-  EXPECT_THROW(ts::cross_entropy(x, l.to<ts::cuda>()), ts::index_error);
+  const auto l4 = l.to<ts::cuda>();
+  const ts::cuda_activity before = ts::cuda_activity_counts();
+  const auto loss = ts::cross_entropy(x, l4);
+  EXPECT_EQ(ts::cuda_activity_counts().host_waits, before.host_waits) << "the check waited";
+  try {
+    (void)loss.item();
+    ADD_FAILURE() << "cross_entropy with label 4 of 4 classes did not throw";
+  } catch (const ts::index_error& e) {
+    EXPECT_NE(std::string(e.what()).find("cross_entropy"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("label 4 of sample 1"), std::string::npos) << e.what();
+  }
   l.data()[1] = -1;
-  EXPECT_THROW(ts::nll_loss(x, l.to<ts::cuda>()), ts::index_error);
+  const auto lm = l.to<ts::cuda>();
+  EXPECT_THROW(ts::nll_loss(x, lm).to_vector(), ts::index_error);
+  EXPECT_THROW(ts::cross_entropy_backward(ts::ones<float, ts::cuda>({}), x, lm).to_vector(),
+               ts::index_error);
+  EXPECT_THROW(ts::nll_loss_backward(ts::ones<float, ts::cuda>({}), x.shape(), lm).to_vector(),
+               ts::index_error);
+  // Reported once: the next wait is clean, and good labels still work.
+  l.data()[1] = 3;
+  EXPECT_NEAR(ts::cross_entropy(x, l.to<ts::cuda>()).item(), std::log(4.0), 1e-6);
   EXPECT_THROW(ts::cross_entropy(x, ts::zeros<int64_t, ts::cuda>({2})), ts::shape_error);
+}
+
+// Many losses between two waits (more than the 64 armed checks' slots): the check waits to free
+// them, and a bad label among them is still reported.
+TEST_F(CudaLoss, ManyChecksBetweenWaits) {
+  const auto x = ts::zeros<float, ts::cuda>({2, 3});
+  const auto good = ts::zeros<int64_t, ts::cuda>({2});
+  std::vector<ts::Tensor<float, ts::cuda>> losses;
+  for (int i = 0; i < 70; ++i) losses.push_back(ts::cross_entropy(x, good));
+  auto bad = ts::zeros<int64_t, ts::cpu>({2});
+  bad.data()[0] = 7;
+  const auto bd = bad.to<ts::cuda>();
+  (void)ts::cross_entropy(x, bd);
+  for (int i = 0; i < 10; ++i) losses.push_back(ts::cross_entropy(x, good));
+  EXPECT_THROW(ts::backend::memory<ts::cuda>::synchronize(), ts::index_error);
+  EXPECT_NEAR(losses.back().item(), std::log(3.0), 1e-6);
 }
 
 }  // namespace

@@ -35,6 +35,50 @@ void expect_same_weights(const Model& cpu, const DevModel& dev, double rtol, dou
                  what + " " + a[i].first);
 }
 
+/// Autograd's max pooling backward on CUDA (the gather over its forward pass's windows) gives
+/// the CPU's gradient, overlapping windows and padding included.
+TEST_F(CudaTrain, AutogradMaxPoolingFollowsTheCpu) {
+  ts::Generator gen(9);
+  const ts::Pool2dOptions o{.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}};
+  const auto x = ts::randn<float, ts::cpu>({2, 3, 9, 9}, gen);
+  const auto g = ts::randn<float, ts::cpu>({2, 3, 5, 5}, gen);
+  ts::Variable<float, ts::cpu> xc(x, true);
+  ts::Variable<float, ts::cuda> xd(x.to<ts::cuda>(), true);
+  ts::max_pool2d(xc, o).backward(g);
+  ts::max_pool2d(xd, o).backward(g.to<ts::cuda>());
+  expect_close(xd.grad().to<ts::cpu>(), xc.grad(), 0, 0, "autograd max_pool2d gradient");
+}
+
+// A training step (convolution, max pooling, linear layers, cross-entropy, SGD) queues its work
+// without once waiting for the device: a wait halfway through would leave the device idle while
+// the host queues the rest. Labels are checked on the device; max pooling's backward gathers
+// from the forward pass's indices without a check.
+TEST_F(CudaTrain, AStepNeverWaitsForTheDevice) {
+  using B = ts::cuda;
+  nn::Sequential<float, B> model{nn::Conv2d<float, B>(1, 4, 3, {.padding = {1, 1}}),
+                                 nn::ReLU<float, B>(), nn::MaxPool2d<float, B>(2),
+                                 nn::Flatten<float, B>(), nn::Linear<float, B>(4 * 3 * 3, 5)};
+  ts::Generator gen(10);
+  const auto x = ts::randn<float, ts::cpu>({6, 1, 6, 6}, gen).to<B>();
+  const auto y = ts::randint<int64_t, ts::cpu>(0, 5, {6}, gen).to<B>();
+  ts::optim::SGD opt(model.parameters(), {.lr = 0.1, .momentum = 0.9});
+  const auto step = [&] {
+    auto loss = nn::cross_entropy(model(ts::Variable<float, B>(x)), y);
+    opt.zero_grad();
+    loss.backward();
+    opt.step();
+    return loss;
+  };
+  const float first = step().item();  // first use builds what ops keep (waits allowed)
+  const ts::cuda_activity before = ts::cuda_activity_counts();
+  auto loss = step();
+  const ts::cuda_activity after = ts::cuda_activity_counts();
+  EXPECT_EQ(after.host_waits - before.host_waits, 0);
+  EXPECT_GT(after.launches - before.launches, 10);
+  for (int i = 0; i < 10; ++i) loss = step();
+  EXPECT_LT(loss.item(), first) << "the model did not learn";
+}
+
 TEST_F(CudaTrain, MlpWithSgdFollowsTheCpuRun) {
   ts::Generator gen(7);
   nn::Sequential<float, ts::cpu> cpu{nn::Linear<float, ts::cpu>(20, 32), nn::ReLU<float, ts::cpu>(),

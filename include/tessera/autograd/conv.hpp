@@ -93,14 +93,17 @@ Variable<T, B> conv_transpose2d(const Variable<T, B>& x, const Variable<T, B>& w
   return conv_transpose2d(x, w, Variable<T, B>(), opts);
 }
 
-/// Max pooling, as tessera::max_pool2d; the gradient goes to each window's maximum.
+/// Max pooling, as tessera::max_pool2d; the gradient goes to each window's maximum. The
+/// backward pass knows the windows its indices came from, which lets a device gather the
+/// gradient without checking them (tessera::detail::max_pool2d_backward_of_forward).
 template <element_type T, class B>
 Variable<T, B> max_pool2d(const Variable<T, B>& x, const Pool2dOptions& opts) {
   auto r = max_pool2d_with_indices(x.value(), opts);
+  const auto plan = tessera::detail::max_pool_plan("max_pool2d", x.value(), opts);
   return autograd::detail::record(
       r.values, {&x},
-      [s = x.shape(), idx = r.indices](const autograd::backward_context<T, B>& c) {
-        c.give(0, max_pool2d_backward(c.grad(), idx, s));
+      [s = x.shape(), idx = r.indices, plan](const autograd::backward_context<T, B>& c) {
+        c.give(0, tessera::detail::max_pool2d_backward_of_forward(plan, c.grad(), idx, s));
       });
 }
 /// Average pooling, as tessera::avg_pool2d.

@@ -55,10 +55,9 @@ Variable<T, B> cross_entropy(const Variable<T, B>& logits, const Tensor<int64_t,
                              const CrossEntropyOptions& opts = {}) {
   const Tensor<T, B>& x = logits.value();
   Tensor<T, B> lse;
-  int64_t counted = 0;
+  tessera::detail::label_count<T, B> counted;
   Tensor<T, B> loss = tessera::detail::cross_entropy_forward(x, labels, opts, lse, counted);
-  // The backward pass reuses the forward pass's check and count: on a device, the labels are
-  // read by the host once per step.
+  // The backward pass reuses the forward pass's check and count.
   return autograd::detail::record(
       std::move(loss), {&logits},
       [x, labels, opts, lse, counted](const autograd::backward_context<T, B>& c) {
@@ -90,8 +89,8 @@ template <element_type T, class B>
 Variable<T, B> nll_loss(const Variable<T, B>& log_probs, const Tensor<int64_t, B>& labels,
                         const NLLLossOptions& opts = {}) {
   static_assert(is_floating_v<T> && !is_low_precision_v<T>, "tessera::nll_loss: float or double");
-  const int64_t counted = tessera::detail::check_class_problem("nll_loss", log_probs.value(),
-                                                               labels, opts.ignore_index);
+  const auto counted = tessera::detail::check_class_problem("nll_loss", log_probs.value(), labels,
+                                                            opts.ignore_index);
   // As cross_entropy: the backward pass reuses the forward pass's check and count.
   return autograd::detail::record(
       tessera::detail::nll_loss_checked(log_probs.value(), labels, opts, counted), {&log_probs},

@@ -82,6 +82,13 @@ struct optim_kernel {
                 "<tessera/backend/cpu/optim.hpp>");
 };
 
+/// Optional loss kernels of backend B. A backend whose memory the host cannot read may give
+/// check_labels (see backend/cuda/loss.cuh): the class-label check and count of the losses on the
+/// device, so they need not wait for the device to read the labels. Without it the labels are
+/// copied to the host and checked there.
+template <class B>
+struct loss_kernel {};
+
 }  // namespace backend
 
 /// A backend tag: an empty type whose memory primitives are specialised.

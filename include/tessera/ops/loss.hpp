@@ -6,9 +6,11 @@
 #pragma once
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <mutex>
+#include <string>
 
 #include "../backend/cpu/memory.hpp"
 #include "../backend/cpu/parallel.hpp"
@@ -36,8 +38,7 @@ struct NLLLossOptions {
 
 namespace detail {
 
-/// The labels on the host, contiguous: the loss ops check and count them there (for a device
-/// backend, one copy of N integers).
+/// The labels on the host, contiguous (for a device backend, one copy of N integers).
 template <class B>
 Tensor<int64_t, cpu> host_labels(const Tensor<int64_t, B>& labels) {
   if constexpr (std::is_same_v<B, cpu>)
@@ -46,22 +47,14 @@ Tensor<int64_t, cpu> host_labels(const Tensor<int64_t, B>& labels) {
     return labels.template to<cpu>();
 }
 
-/// Checks labels [N] for scores of shape [N, C] (every label in [0, C) or ignore_index) and
-/// returns how many samples the mean divides by (labels that are not ignore_index): one pass
-/// over the labels on the host serves both, which for a device backend is its one wait of the
-/// loss.
+/// Checks labels [N] on the host against c classes (every label in [0, c) or ignore_index) and
+/// returns how many are not ignore_index.
 template <class B>
-int64_t check_labels(std::string_view op, const Shape& scores, const Tensor<int64_t, B>& labels,
-                     int64_t ignore_index) {
-  labels.check_defined(op);
-  if (scores.rank() != 2) fail<shape_error>(op, "expects scores of shape [N, C], got ", scores);
-  if (labels.rank() != 1 || labels.shape()[0] != scores[0])
-    fail<shape_error>(op, "labels of shape ", labels.shape(), " for scores of shape ", scores,
-                      " (expected [", scores[0], "])");
-  const int64_t n = scores[0], c = scores[1];
+int64_t count_labels_on_host(std::string_view op, int64_t c, const Tensor<int64_t, B>& labels,
+                             int64_t ignore_index) {
   const Tensor<int64_t, cpu> l = host_labels(labels);
   int64_t counted = 0;
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = 0; i < l.numel(); ++i) {
     const int64_t v = l.data()[i];
     if (v == ignore_index) continue;
     if (v < 0 || v >= c)
@@ -71,12 +64,63 @@ int64_t check_labels(std::string_view op, const Shape& scores, const Tensor<int6
   return counted;
 }
 
+/// How many samples the mean of a class loss divides by (labels that are not ignore_index):
+/// counted on the host, or, where the backend checks labels on the device, a 0-d tensor the
+/// device counted.
+template <class T, class B>
+struct label_count {
+  int64_t host = 0;
+  Tensor<T, B> device;  // defined when the device counted
+};
+
+/// Checks labels [N] for scores of shape [N, C] (every label in [0, C) or ignore_index) and
+/// counts those the mean divides by. The shapes are checked at once. The values are checked on
+/// the host, except where the backend has loss_kernel<B>::check_labels (CUDA): there one launch
+/// checks and counts them on the device, without a wait, and a bad label throws the same
+/// index_error at the next wait for the device (backend/cuda/deferred_check.hpp).
+template <class T, class B>
+label_count<T, B> check_labels(std::string_view op, const Shape& scores,
+                               const Tensor<int64_t, B>& labels, int64_t ignore_index) {
+  labels.check_defined(op);
+  if (scores.rank() != 2) fail<shape_error>(op, "expects scores of shape [N, C], got ", scores);
+  if (labels.rank() != 1 || labels.shape()[0] != scores[0])
+    fail<shape_error>(op, "labels of shape ", labels.shape(), " for scores of shape ", scores,
+                      " (expected [", scores[0], "])");
+  const int64_t n = scores[0], c = scores[1];
+  if constexpr (requires(const int64_t* l, int64_t v, T* out, std::function<void()> f) {
+                  backend::loss_kernel<B>::check_labels(l, v, v, v, out, f);
+                }) {
+    const Tensor<int64_t, B> l = labels.contiguous();
+    Tensor<T, B> counted(Shape{});
+    backend::loss_kernel<B>::check_labels(l.data(), n, c, ignore_index, counted.data(),
+                                          [op = std::string(op), l, c, ignore_index] {
+                                            count_labels_on_host(op, c, l, ignore_index);
+                                          });
+    return {0, std::move(counted)};
+  } else {
+    return {count_labels_on_host(op, c, labels, ignore_index), {}};
+  }
+}
+
 /// check_labels for a scores tensor (which must be defined).
 template <class T, class B>
-int64_t check_class_problem(std::string_view op, const Tensor<T, B>& scores,
-                            const Tensor<int64_t, B>& labels, int64_t ignore_index) {
+label_count<T, B> check_class_problem(std::string_view op, const Tensor<T, B>& scores,
+                                      const Tensor<int64_t, B>& labels, int64_t ignore_index) {
   scores.check_defined(op);
-  return check_labels(op, scores.shape(), labels, ignore_index);
+  return check_labels<T>(op, scores.shape(), labels, ignore_index);
+}
+
+/// x times 1 / count, as the host scales a mean (so both give the same bits); 0 / 0 is NaN.
+template <class T>
+struct loss_times_reciprocal {
+  TESSERA_HOST_DEVICE T operator()(T x, T count) const { return x * (T(1) / count); }
+};
+
+/// 1 / count for a mean on the host (the CPU loops scale by it); count.host is what the host
+/// counted there.
+template <class T, class B>
+double mean_scale(Reduction r, const label_count<T, B>& count) {
+  return r == Reduction::mean ? 1.0 / static_cast<double>(count.host) : 1.0;
 }
 
 /// Per-sample losses [N] in `loss` and row log-sum-exps [N] in `lse`.
@@ -194,12 +238,16 @@ struct nll_grad {
   }
 };
 
-/// The incoming loss gradient times scale, shaped to broadcast over [N, C]: [N, 1] per sample,
-/// [1, 1] for a reduced loss.
+/// The incoming loss gradient (over the count for a mean), shaped to broadcast over [N, C]:
+/// [N, 1] per sample, [1, 1] for a reduced loss.
 template <class T, class B>
-Tensor<T, B> loss_grad_column(const Tensor<T, B>& grad_loss, bool per_sample, double scale) {
-  const Tensor<T, B> g = grad_loss * static_cast<T>(scale);
-  return per_sample ? g.reshape({grad_loss.numel(), 1}) : g.reshape({1, 1});
+Tensor<T, B> loss_grad_column(const Tensor<T, B>& grad_loss, Reduction r,
+                              const label_count<T, B>& count) {
+  Tensor<T, B> g = grad_loss;
+  if (r == Reduction::mean)
+    g = count.device.defined() ? map(loss_times_reciprocal<T>{}, grad_loss, count.device)
+                               : grad_loss * static_cast<T>(mean_scale(r, count));
+  return r == Reduction::none ? g.reshape({grad_loss.numel(), 1}) : g.reshape({1, 1});
 }
 
 /// Per-sample cross-entropy [N] of checked logits and labels, and the rows' logsumexp in lse
@@ -227,12 +275,14 @@ Tensor<T, B> cross_entropy_samples(const Tensor<T, B>& logits, const Tensor<int6
 
 /// Combines per-sample losses by the reduction (mean over `count` samples).
 template <class T, class B>
-Tensor<T, B> reduce_loss(const Tensor<T, B>& per_sample, Reduction r, int64_t count) {
+Tensor<T, B> reduce_loss(const Tensor<T, B>& per_sample, Reduction r,
+                         const label_count<T, B>& count) {
   if (r == Reduction::none) return per_sample;
   Tensor<T, B> total = sum(per_sample);
   if (r == Reduction::sum) return total;
   // PyTorch: the mean over zero counted samples is NaN (0 / 0).
-  return total * static_cast<T>(1.0 / static_cast<double>(count));
+  if (count.device.defined()) return map(loss_times_reciprocal<T>{}, total, count.device);
+  return total * static_cast<T>(mean_scale(r, count));
 }
 
 /// cross_entropy's forward pass, checks included: the reduced loss, with what its backward pass
@@ -240,7 +290,7 @@ Tensor<T, B> reduce_loss(const Tensor<T, B>& per_sample, Reduction r, int64_t co
 template <class T, class B>
 Tensor<T, B> cross_entropy_forward(const Tensor<T, B>& logits, const Tensor<int64_t, B>& labels,
                                    const CrossEntropyOptions& opts, Tensor<T, B>& lse,
-                                   int64_t& counted) {
+                                   label_count<T, B>& counted) {
   counted = check_class_problem("cross_entropy", logits, labels, opts.ignore_index);
   if (!(opts.label_smoothing >= 0 && opts.label_smoothing <= 1))
     fail<error>("cross_entropy", "label_smoothing = ", opts.label_smoothing, " is outside [0, 1]");
@@ -259,7 +309,7 @@ Tensor<T, B> cross_entropy(const Tensor<T, B>& logits, const Tensor<int64_t, B>&
   static_assert(is_floating_v<T> && !is_low_precision_v<T>,
                 "tessera::cross_entropy: float or double logits");
   Tensor<T, B> lse;
-  int64_t counted = 0;
+  detail::label_count<T, B> counted;
   return detail::cross_entropy_forward(logits, labels, opts, lse, counted);
 }
 
@@ -270,21 +320,20 @@ template <class T, class B>
 Tensor<T, B> cross_entropy_grad_checked(const Tensor<T, B>& grad_loss, const Tensor<T, B>& logits,
                                         const Tensor<int64_t, B>& labels,
                                         const CrossEntropyOptions& opts, Tensor<T, B> lse,
-                                        int64_t counted) {
+                                        const label_count<T, B>& counted) {
   const int64_t n = logits.shape()[0], c = logits.shape()[1];
   const bool per_sample = opts.reduction == Reduction::none;
   if (per_sample ? !(grad_loss.shape() == Shape{n}) : grad_loss.numel() != 1)
     detail::fail<shape_error>("cross_entropy_backward", "grad_loss of shape ", grad_loss.shape(),
                               " for ", n, " samples");
-  double scale = 1;
-  if (opts.reduction == Reduction::mean) scale = 1.0 / static_cast<double>(counted);
   if constexpr (!backend::memory<B>::host_accessible) {
     if (!lse.defined()) lse = logsumexp(logits, {1});
     const detail::cross_entropy_grad<T> f{opts.ignore_index, 1.0 - opts.label_smoothing,
                                           opts.label_smoothing / static_cast<double>(c ? c : 1)};
     return map(f, logits, lse.reshape({n, 1}), labels.reshape({n, 1}), detail::class_columns<B>(c),
-               detail::loss_grad_column(grad_loss, per_sample, scale));
+               detail::loss_grad_column(grad_loss, opts.reduction, counted));
   } else {
+    const double scale = mean_scale(opts.reduction, counted);
     if (!lse.defined()) {
       lse = Tensor<T, B>(Shape{n});
       detail::cross_entropy_rows(logits, labels, opts, Tensor<T, B>(Shape{n}), lse);
@@ -324,7 +373,7 @@ template <element_type T, class B>
 Tensor<T, B> cross_entropy_backward(const Tensor<T, B>& grad_loss, const Tensor<T, B>& logits,
                                     const Tensor<int64_t, B>& labels,
                                     const CrossEntropyOptions& opts = {}, Tensor<T, B> lse = {}) {
-  const int64_t counted =
+  const auto counted =
       detail::check_class_problem("cross_entropy_backward", logits, labels, opts.ignore_index);
   return detail::cross_entropy_grad_checked(grad_loss, logits, labels, opts, std::move(lse),
                                             counted);
@@ -334,7 +383,7 @@ namespace detail {
 /// nll_loss for labels already checked, `counted` of them not ignored.
 template <class T, class B>
 Tensor<T, B> nll_loss_checked(const Tensor<T, B>& log_probs, const Tensor<int64_t, B>& labels,
-                              const NLLLossOptions& opts, int64_t counted) {
+                              const NLLLossOptions& opts, const label_count<T, B>& counted) {
   const int64_t n = log_probs.shape()[0];
   Tensor<T, B> loss(Shape{n});
   if constexpr (backend::memory<B>::host_accessible) {
@@ -354,19 +403,18 @@ Tensor<T, B> nll_loss_checked(const Tensor<T, B>& log_probs, const Tensor<int64_
 template <class T, class B>
 Tensor<T, B> nll_loss_grad_checked(const Tensor<T, B>& grad_loss, const Shape& log_probs_shape,
                                    const Tensor<int64_t, B>& labels, const NLLLossOptions& opts,
-                                   int64_t counted) {
+                                   const label_count<T, B>& counted) {
   const int64_t n = log_probs_shape[0];
   const bool per_sample = opts.reduction == Reduction::none;
   if (per_sample ? !(grad_loss.shape() == Shape{n}) : grad_loss.numel() != 1)
     fail<shape_error>("nll_loss_backward", "grad_loss of shape ", grad_loss.shape(), " for ", n,
                       " samples");
-  double scale = 1;
-  if (opts.reduction == Reduction::mean) scale = 1.0 / static_cast<double>(counted);
   if constexpr (!backend::memory<B>::host_accessible) {
     return map(nll_grad<T>{opts.ignore_index}, labels.reshape({n, 1}),
                class_columns<B>(log_probs_shape[1]),
-               loss_grad_column(grad_loss, per_sample, scale));
+               loss_grad_column(grad_loss, opts.reduction, counted));
   } else {
+    const double scale = mean_scale(opts.reduction, counted);
     Tensor<T, B> d = zeros<T, B>(log_probs_shape);
     const Tensor<T, B> g = grad_loss.contiguous();
     const Tensor<int64_t, B> l = labels.contiguous();
@@ -386,7 +434,7 @@ template <element_type T, class B>
 Tensor<T, B> nll_loss(const Tensor<T, B>& log_probs, const Tensor<int64_t, B>& labels,
                       const NLLLossOptions& opts = {}) {
   static_assert(is_floating_v<T> && !is_low_precision_v<T>, "tessera::nll_loss: float or double");
-  const int64_t counted =
+  const auto counted =
       detail::check_class_problem("nll_loss", log_probs, labels, opts.ignore_index);
   return detail::nll_loss_checked(log_probs, labels, opts, counted);
 }
@@ -396,8 +444,8 @@ Tensor<T, B> nll_loss(const Tensor<T, B>& log_probs, const Tensor<int64_t, B>& l
 template <element_type T, class B>
 Tensor<T, B> nll_loss_backward(const Tensor<T, B>& grad_loss, const Shape& log_probs_shape,
                                const Tensor<int64_t, B>& labels, const NLLLossOptions& opts = {}) {
-  const int64_t counted =
-      detail::check_labels("nll_loss_backward", log_probs_shape, labels, opts.ignore_index);
+  const auto counted =
+      detail::check_labels<T>("nll_loss_backward", log_probs_shape, labels, opts.ignore_index);
   return detail::nll_loss_grad_checked(grad_loss, log_probs_shape, labels, opts, counted);
 }
 

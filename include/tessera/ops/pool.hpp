@@ -339,6 +339,30 @@ Tensor<T, B> max_pool2d_backward(const Tensor<T, B>& grad_out, const Tensor<int6
   return gx;
 }
 
+namespace detail {
+/// max_pool2d_backward for indices that max_pool2d_with_indices gave with `plan` (autograd keeps
+/// both from its forward pass, so the indices need no check): the backend's gather
+/// max_backward_windows where it has one (CUDA: one thread per input element and no wait for a
+/// check), else max_pool2d_backward.
+template <class T, class B>
+Tensor<T, B> max_pool2d_backward_of_forward(const pool_plan& plan, const Tensor<T, B>& grad_out,
+                                            const Tensor<int64_t, B>& indices,
+                                            const Shape& input_shape) {
+  if constexpr (requires(const T* g, const int64_t* i, T* gx) {
+                  backend::pool_kernel<B>::max_backward_windows(plan.pr, g, i, gx);
+                }) {
+    if (grad_out.shape() == plan.out_shape && indices.shape() == plan.out_shape &&
+        indices.is_contiguous()) {
+      Tensor<T, B> gx(input_shape);
+      const Tensor<T, B> g = grad_out.contiguous();
+      backend::pool_kernel<B>::max_backward_windows(plan.pr, g.data(), indices.data(), gx.data());
+      return gx;
+    }
+  }
+  return max_pool2d_backward(grad_out, indices, input_shape);
+}
+}  // namespace detail
+
 /// 2-D average pooling: each output is the sum of its window divided by the window size (with
 /// count_include_pad) or by the number of input elements in it. x is [N, C, H, W] or [C, H, W],
 /// any strides; output shape as max_pool2d's (dilation must be 1). Floating element types; half,

@@ -706,6 +706,29 @@ inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemc
   if (bytes) std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
+// Pinned host memory: ordinary host memory here, and the device sees it at the same address
+// (as under unified virtual addressing).
+enum { cudaHostAllocDefault = 0, cudaHostAllocPortable = 1, cudaHostAllocMapped = 2 };
+inline cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) {
+  *p = ::operator new (bytes ? bytes : 1, std::align_val_t{256});
+  return cudaSuccess;
+}
+inline cudaError_t cudaHostGetDevicePointer(void** d, void* host, unsigned int flags) {
+  if (flags != 0 || !host) return tessera_cuda_emulation::record(cudaErrorInvalidValue);
+  *d = host;
+  return cudaSuccess;
+}
+inline cudaError_t cudaFreeHost(void* p) {
+  ::operator delete (p, std::align_val_t{256});
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t = nullptr) {
+  if (!tessera_cuda_emulation::device_memory::get().holds(dst, bytes))
+    return tessera_cuda_emulation::record(cudaErrorInvalidValue);
+  if (bytes) std::memset(dst, value, bytes);
+  return cudaSuccess;
+}
 inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                                    cudaStream_t = nullptr) {
   return cudaMemcpy(dst, src, bytes, kind);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "deferred_check.hpp"
 #include "error.hpp"
 
 TESSERA_BEGIN_NAMESPACE
@@ -16,6 +17,44 @@ TESSERA_BEGIN_NAMESPACE
 /// Work from every host thread is therefore ordered, which is what lets the caching allocator
 /// hand a freed block to the next op without waiting for the device.
 inline cudaStream_t cuda_stream() { return cudaStreamLegacy; }
+
+/// What tessera has asked of CUDA devices in this process: kernels launched, and the times the
+/// host waited for the stream (every copy to or from the host, and synchronize). A wait in the
+/// middle of a training step costs the overlap of host and device: until it, the device runs
+/// what was queued while the host queues nothing. Benchmarks report both per step; the
+/// difference of two readings is what the code between them did (all host threads counted).
+struct cuda_activity {
+  int64_t launches = 0;
+  int64_t host_waits = 0;
+};
+
+namespace detail {
+struct cuda_activity_counters {
+  std::atomic<int64_t> launches{0}, host_waits{0};
+};
+inline cuda_activity_counters& cuda_counters() {
+  static cuda_activity_counters c;
+  return c;
+}
+/// Waits for everything issued on cuda_stream() (reporting a fault any of it raised), counts the
+/// wait, and settles the deferred checks (throwing for a bad value one of them found).
+inline void cuda_wait_stream() {
+  cuda_counters().host_waits.fetch_add(1, std::memory_order_relaxed);
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
+  cuda_deferred_checks::instance().settle();
+}
+/// A flag word for one kernel to set when a check of its input fails; on_fault runs (and
+/// throws) at the next wait if it was set. See deferred_check.hpp.
+inline int* cuda_arm_check(std::function<void()> on_fault) {
+  return cuda_deferred_checks::instance().arm(std::move(on_fault), &cuda_wait_stream);
+}
+}  // namespace detail
+
+/// The counts of cuda_activity so far.
+inline cuda_activity cuda_activity_counts() {
+  const auto& c = detail::cuda_counters();
+  return {c.launches.load(std::memory_order_relaxed), c.host_waits.load(std::memory_order_relaxed)};
+}
 
 namespace detail {
 
@@ -72,6 +111,7 @@ void cuda_launch_smem(const char* what, void (*kernel)(P...), dim3 grid, dim3 bl
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     fail<backend_error>("cuda", "launch of ", what, " failed: ", cudaGetErrorName(e), ": ",
                         cudaGetErrorString(e));
+  cuda_counters().launches.fetch_add(1, std::memory_order_relaxed);
 #if defined(TESSERA_CUDA_SYNC_LAUNCHES)
   if (const cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) {
     (void)cudaGetLastError();

@@ -179,19 +179,19 @@ struct memory<cuda> {
     if (!bytes) return;
     // Waiting makes the call safe for pinned sources too, which the copy would read later.
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_stream()));
-    TESSERA_CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
+    detail::cuda_wait_stream();
   }
   static void copy_to_host(void* dst, const void* src, size_t bytes) {
     if (!bytes) return;
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_stream()));
-    TESSERA_CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
+    detail::cuda_wait_stream();
   }
   static void copy(void* dst, const void* src, size_t bytes) {
     if (!bytes) return;
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
   }
   /// Waits for every op issued so far to finish (and reports a fault any of them raised).
-  static void synchronize() { TESSERA_CUDA_CHECK(cudaStreamSynchronize(cuda_stream())); }
+  static void synchronize() { detail::cuda_wait_stream(); }
 };
 
 }  // namespace backend

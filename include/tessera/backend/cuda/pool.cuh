@@ -4,9 +4,12 @@
 // Forward: one thread per output, the window rules of detail/pool_problem.hpp, the CPU's scan
 // order and accumulation types (so max pooling and its indices match the CPU exactly, average
 // pooling to rounding). Average backward: one thread per input element gathers the outputs whose
-// windows hold it (no atomics). Max backward only has the indices (the window geometry is not
-// part of its problem), so one thread per plane adds each output's gradient at its index, in
-// output order: the CPU's own order, deterministic and race-free.
+// windows hold it (no atomics). Max backward from indices alone (the public max_pool2d_backward,
+// whose indices may name any position of the plane) has one thread per plane add each output's
+// gradient at its index, in output order: the CPU's own order, deterministic and race-free, but
+// serial within a plane. Autograd, which keeps the indices of its own forward pass and knows
+// their windows, gathers instead (max_backward_windows): one thread per input element, the same
+// sums in the same order, and no check to wait for.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -165,6 +168,34 @@ __global__ void __launch_bounds__(cuda_pool_threads)
   }
 }
 
+/// Max pooling backward for indices that max pooling with pr's windows gave: one thread per
+/// input element adds, in output order, the gradients of the outputs whose windows may hold it
+/// (cuda_pool_candidates over the dilated extent) and whose index names it. The sums and their
+/// order are the scatter's (cuda_pool_max_backward), without a serial loop per plane. An index
+/// outside its own window (which max pooling never gives) would be dropped, so only indices from
+/// the forward pass may come here.
+template <class T>
+__global__ void __launch_bounds__(cuda_pool_threads)
+    cuda_pool_max_backward_windows(pool_problem pr, const T* gy, const int64_t* indices, T* gx) {
+  using A = cuda_pool_sum_t<T>;
+  const int64_t hw = pr.h * pr.w, ohw = pr.oh * pr.ow, total = pr.planes * hw;
+  const int64_t extent_h = (pr.kh - 1) * pr.dh + 1, extent_w = (pr.kw - 1) * pr.dw + 1;
+  const int64_t step = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t e = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; e < total; e += step) {
+    const int64_t p = e / hw, i = e % hw, iy = i / pr.w, ix = i % pr.w;
+    int64_t y0, y1, x0, x1;
+    cuda_pool_candidates<cuda_pool_windows::fixed>(iy, pr.h, pr.oh, extent_h, pr.sh, pr.ph, y0, y1);
+    cuda_pool_candidates<cuda_pool_windows::fixed>(ix, pr.w, pr.ow, extent_w, pr.sw, pr.pw, x0, x1);
+    const T* g = gy + p * ohw;
+    const int64_t* id = indices + p * ohw;
+    A acc = 0;
+    for (int64_t oy = y0; oy <= y1; ++oy)
+      for (int64_t ox = x0; ox <= x1; ++ox)
+        if (id[oy * pr.ow + ox] == i) acc += static_cast<A>(g[oy * pr.ow + ox]);
+    gx[e] = static_cast<T>(acc);
+  }
+}
+
 template <class... P, class... A>
 void cuda_pool_launch(const char* what, void (*kernel)(P...), int64_t items, A&&... args) {
   if (items <= 0) return;
@@ -207,14 +238,23 @@ struct pool_kernel<cuda> {
     const size_t acc_bytes =
         std::is_same_v<A, T> ? 0 : static_cast<size_t>(pr.planes * pr.h * pr.w) * sizeof(A);
     detail::cuda_scratch acc(acc_bytes), flag(sizeof(int));
-    const int zero = 0;
-    memory<cuda>::copy_from_host(flag.get(), &zero, sizeof zero);
+    TESSERA_CUDA_CHECK(cudaMemsetAsync(flag.get(), 0, sizeof(int), cuda_stream()));
     A* a = acc_bytes ? static_cast<A*>(acc.get()) : reinterpret_cast<A*>(gx);
     detail::cuda_pool_launch("cuda_pool_max_backward", detail::cuda_pool_max_backward<T>, pr.planes,
                              pr, gy, indices, gx, a, static_cast<int*>(flag.get()));
     int bad = 0;
     memory<cuda>::copy_to_host(&bad, flag.get(), sizeof bad);
     return bad == 0;
+  }
+  /// Max pooling backward for the indices max pooling with pr's windows gave (pr as the forward
+  /// pass had it): a gather, no check, no wait. Autograd's path (ops/pool.hpp,
+  /// max_pool2d_backward_of_forward).
+  template <class T>
+  static void max_backward_windows(const detail::pool_problem& pr, const T* gy,
+                                   const int64_t* indices, T* gx) {
+    detail::cuda_pool_launch("cuda_pool_max_backward_windows",
+                             detail::cuda_pool_max_backward_windows<T>, pr.planes * pr.h * pr.w, pr,
+                             gy, indices, gx);
   }
   template <class T>
   static void avg_backward(const detail::pool_problem& pr, const T* gy, T* gx) {
