@@ -5,12 +5,12 @@
 // package on GPU machines; this project's LibTorch is CPU-only), which prints its medians in the
 // same units; scripts/cuda_report.py pairs them.
 //
-//   train_step/<model>/tessera/64     counters: median_us, samples/s (from the median)
+//   train_step/<model>/tessera/64     counters: median_us, samples/s (from the median),
+//                                     launches/step, waits/step (cuda_activity_counts)
 //
 // Each step is timed with events on tessera's stream, from before the forward pass to after the
-// optimizer's update; nothing is read back to the host inside the step except what tessera
-// itself reads (cross_entropy checks the labels on the host). Without a GPU the program says so
-// and exits 0.
+// optimizer's update; nothing is read back to the host inside the step (waits/step says whether
+// tessera itself waited: it should be 0). Without a GPU the program says so and exits 0.
 #include <cstdio>
 #include <tessera/nn.hpp>
 #include <tessera/optim.hpp>
@@ -43,6 +43,11 @@ void bm_train_step(benchmark::State& st, bool cnn) {
     return;
   }
   st.counters["loss"] = loss;
+  const ts::cuda_activity before = ts::cuda_activity_counts();
+  step();
+  const ts::cuda_activity after = ts::cuda_activity_counts();
+  st.counters["launches/step"] = double(after.launches - before.launches);
+  st.counters["waits/step"] = double(after.host_waits - before.host_waits);
   time_calls(st, step);
   st.counters["samples/s"] = double(kBatch) / (st.counters["median_us"] * 1e-6);
 }

@@ -123,14 +123,18 @@ def stream_table(rows, out, verdicts):
 def train_table(tessera, torch, out, verdicts):
     rows = dict(tessera or {})
     rows.update(torch or {})
-    out.append("| training step (batch 64) | tessera ms | PyTorch ms | PyTorch / tessera |")
-    out.append("|---|---:|---:|---:|")
+    out.append("| training step (batch 64) | tessera ms | PyTorch ms | PyTorch / tessera "
+               "| tessera launches | tessera waits |")
+    out.append("|---|---:|---:|---:|---:|---:|")
     for model in ("cnn", "mlp"):
-        t = median(rows.get(f"train_step/{model}/tessera/64"))
+        row = rows.get(f"train_step/{model}/tessera/64")
+        t = median(row)
         p = median(rows.get(f"train_step/{model}/torch/64"))
         ratio = p / t if t and p else None
+        launches = row.get("launches/step") if row else None
+        waits = row.get("waits/step") if row else None
         out.append(f"| {model} | {fmt(t and t / 1e3, '.3f')} | {fmt(p and p / 1e3, '.3f')} | "
-                   f"{fmt(ratio, '.2f')} |")
+                   f"{fmt(ratio, '.2f')} | {fmt(launches, '.0f')} | {fmt(waits, '.0f')} |")
         if model == "cnn":
             verdicts.append(("CNN step <= 0.5x PyTorch's time", ratio, TRAIN_TARGET))
 
