@@ -1,7 +1,8 @@
 // Tests of softmax, log_softmax and the classification losses (cross_entropy, nll_loss and their
 // backward functions) on CUDA tensors, against the CPU backend on the same inputs. On the device
-// these are composed from map and reductions (the CPU runs one fused loop per row, in double),
-// so results agree to rounding, not bit for bit. Every test skips, with a message, when no CUDA
+// cross_entropy's forward pass is one block (small problems, rows in double as the CPU) or
+// composed from map and reductions, and so are the rest, so results agree to rounding, not bit
+// for bit. Every test skips, with a message, when no CUDA
 // device is visible.
 #include <limits>
 
@@ -40,27 +41,56 @@ HostT<int64_t> labels_for(int64_t n, int64_t c, uint64_t seed, int64_t ignore = 
   return l;
 }
 
-TEST_F(CudaLoss, CrossEntropyAndItsGradientMatchCpu) {
-  const int64_t n = 37, c = 10;
-  const auto x = sample<float>({n, c}, 10) * 3.f;
+/// cross_entropy and its backward on the device against the CPU, for every reduction, with and
+/// without label smoothing and an ignored label (all_options; else only some); `launches` is how
+/// many the forward pass should take (1 when fused, without a wait), 0 to not check.
+template <class T>
+void expect_cross_entropy_matches_cpu(int64_t n, int64_t c, bool all_options, int64_t launches) {
+  const auto x = sample<T>({n, c}, 10) * T(3);
+  const double rtol = std::is_same_v<T, float> ? 1e-5 : 1e-12;
   for (const ts::Reduction r : {ts::Reduction::none, ts::Reduction::mean, ts::Reduction::sum})
     for (double smoothing : {0.0, 0.1})
       for (int64_t ignore : {int64_t{-100}, int64_t{3}}) {
+        if (!all_options && (r == ts::Reduction::sum || smoothing == 0.0 || ignore != 3)) continue;
         const ts::CrossEntropyOptions o{r, smoothing, ignore};
         const auto l = labels_for(n, c, 11, ignore == 3 ? 3 : 0);
-        const std::string what = "cross_entropy reduction " + std::to_string(int(r)) +
-                                 " smoothing " + std::to_string(smoothing) + " ignore " +
-                                 std::to_string(ignore);
+        const std::string what = "cross_entropy " + std::to_string(n) + "x" + std::to_string(c) +
+                                 " reduction " + std::to_string(int(r)) + " smoothing " +
+                                 std::to_string(smoothing) + " ignore " + std::to_string(ignore);
         const auto want = ts::cross_entropy(x, l, o);
-        const auto xd = x.to<ts::cuda>();
-        const auto ld = l.to<ts::cuda>();
-        expect_close(ts::cross_entropy(xd, ld, o).to<ts::cpu>(), want, 1e-5, 1e-6, what);
+        const auto xd = x.template to<ts::cuda>();
+        const auto ld = l.template to<ts::cuda>();
+        const ts::cuda_activity before = ts::cuda_activity_counts();
+        const auto got = ts::cross_entropy(xd, ld, o);
+        const ts::cuda_activity after = ts::cuda_activity_counts();
+        if (launches) {  // fused: one launch, no wait (the composed path's first use waits)
+          EXPECT_EQ(after.launches - before.launches, launches) << what;
+          EXPECT_EQ(after.host_waits, before.host_waits) << what;
+        }
+        expect_close(got.template to<ts::cpu>(), want, rtol, rtol / 10, what);
         const auto g =
-            r == ts::Reduction::none ? sample<float>({n}, 12) : ts::full<float, ts::cpu>({}, 0.75f);
+            r == ts::Reduction::none ? sample<T>({n}, 12) : ts::full<T, ts::cpu>({}, T(0.75));
         const auto dx = ts::cross_entropy_backward(g, x, l, o);
-        expect_close(ts::cross_entropy_backward(g.to<ts::cuda>(), xd, ld, o).to<ts::cpu>(), dx,
-                     1e-5, 1e-7, what + " backward");
+        expect_close(
+            ts::cross_entropy_backward(g.template to<ts::cuda>(), xd, ld, o).template to<ts::cpu>(),
+            dx, rtol, rtol / 100, what + " backward");
       }
+}
+
+TEST_F(CudaLoss, CrossEntropyAndItsGradientMatchCpu) {
+  // One launch (the fused block) up to 2^16 logits, composed ops above.
+  expect_cross_entropy_matches_cpu<float>(37, 10, true, 1);
+  expect_cross_entropy_matches_cpu<double>(300, 7, true, 1);
+  expect_cross_entropy_matches_cpu<float>(0, 5, true, 1);
+  expect_cross_entropy_matches_cpu<float>(263, 250, false, 0);
+}
+
+TEST_F(CudaLoss, CrossEntropyOfATransposedInput) {
+  const auto xt = sample<float>({10, 20}, 30);
+  const auto l = labels_for(20, 10, 31);
+  const auto want = ts::cross_entropy(xt.transpose(0, 1), l);
+  const auto got = ts::cross_entropy(xt.to<ts::cuda>().transpose(0, 1), l.to<ts::cuda>());
+  expect_close(got.to<ts::cpu>(), want, 1e-5, 1e-6, "cross_entropy of a transposed input");
 }
 
 TEST_F(CudaLoss, NllLossAndItsGradientMatchCpu) {

@@ -14,6 +14,7 @@
 
 #include "../backend/cpu/memory.hpp"
 #include "../backend/cpu/parallel.hpp"
+#include "../detail/loss_problem.hpp"
 #include "activation.hpp"
 
 TESSERA_BEGIN_NAMESPACE
@@ -73,6 +74,17 @@ struct label_count {
   Tensor<T, B> device;  // defined when the device counted
 };
 
+/// Checks that scores are [N, C] and labels [N] (op names the caller in the shape_error).
+template <class B>
+void check_label_shapes(std::string_view op, const Shape& scores,
+                        const Tensor<int64_t, B>& labels) {
+  labels.check_defined(op);
+  if (scores.rank() != 2) fail<shape_error>(op, "expects scores of shape [N, C], got ", scores);
+  if (labels.rank() != 1 || labels.shape()[0] != scores[0])
+    fail<shape_error>(op, "labels of shape ", labels.shape(), " for scores of shape ", scores,
+                      " (expected [", scores[0], "])");
+}
+
 /// Checks labels [N] for scores of shape [N, C] (every label in [0, C) or ignore_index) and
 /// counts those the mean divides by. The shapes are checked at once. The values are checked on
 /// the host, except where the backend has loss_kernel<B>::check_labels (CUDA): there one launch
@@ -81,11 +93,7 @@ struct label_count {
 template <class T, class B>
 label_count<T, B> check_labels(std::string_view op, const Shape& scores,
                                const Tensor<int64_t, B>& labels, int64_t ignore_index) {
-  labels.check_defined(op);
-  if (scores.rank() != 2) fail<shape_error>(op, "expects scores of shape [N, C], got ", scores);
-  if (labels.rank() != 1 || labels.shape()[0] != scores[0])
-    fail<shape_error>(op, "labels of shape ", labels.shape(), " for scores of shape ", scores,
-                      " (expected [", scores[0], "])");
+  check_label_shapes(op, scores, labels);
   const int64_t n = scores[0], c = scores[1];
   if constexpr (requires(const int64_t* l, int64_t v, T* out, std::function<void()> f) {
                   backend::loss_kernel<B>::check_labels(l, v, v, v, out, f);
@@ -131,25 +139,17 @@ void cross_entropy_rows(const Tensor<T, B>& logits, const Tensor<int64_t, B>& la
   const Tensor<T, B> x = logits.contiguous();
   const Tensor<int64_t, B> l = labels.contiguous();
   const int64_t n = x.shape()[0], c = x.shape()[1];
-  const double smooth = o.label_smoothing, keep = 1.0 - smooth;
+  const double keep = 1.0 - o.label_smoothing;
+  const double smooth_per_class = c ? o.label_smoothing / static_cast<double>(c) : 0.0;
   const T* px = x.data();
   const int64_t* pl = l.data();
   T *ploss = loss.data(), *plse = lse.data();
   parallel_for(n, 4 * c, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
-      const T* row = px + i * c;
-      double m = -std::numeric_limits<double>::infinity(), total = 0;
-      for (int64_t j = 0; j < c; ++j) m = std::max(m, static_cast<double>(row[j])), total += row[j];
-      double s = 0;
-      for (int64_t j = 0; j < c; ++j) s += std::exp(static_cast<double>(row[j]) - m);
-      const double lsev = c == 0 ? m : m + std::log(s);
+      double lsev = 0;
+      const double v =
+          cross_entropy_row(px + i * c, c, pl[i], o.ignore_index, keep, smooth_per_class, lsev);
       plse[i] = static_cast<T>(lsev);
-      if (pl[i] == o.ignore_index || c == 0) {
-        ploss[i] = T(0);
-        continue;
-      }
-      double v = lsev - keep * static_cast<double>(row[pl[i]]);
-      if (smooth != 0) v -= smooth / static_cast<double>(c) * total;
       ploss[i] = static_cast<T>(v);
     }
   });
@@ -286,14 +286,49 @@ Tensor<T, B> reduce_loss(const Tensor<T, B>& per_sample, Reduction r,
 }
 
 /// cross_entropy's forward pass, checks included: the reduced loss, with what its backward pass
-/// needs left in lse (the rows' logsumexp) and counted (the samples the mean divided by).
+/// needs left in lse (the rows' logsumexp) and counted (the samples the mean divided by). Where
+/// the backend fuses it (loss_kernel<B>::cross_entropy: CUDA, small problems) one launch does it
+/// all, labels checked as check_labels does on the device; else the row loop (CPU) or composed
+/// ops.
 template <class T, class B>
 Tensor<T, B> cross_entropy_forward(const Tensor<T, B>& logits, const Tensor<int64_t, B>& labels,
                                    const CrossEntropyOptions& opts, Tensor<T, B>& lse,
                                    label_count<T, B>& counted) {
-  counted = check_class_problem("cross_entropy", logits, labels, opts.ignore_index);
+  constexpr std::string_view op = "cross_entropy";
+  logits.check_defined(op);
+  check_label_shapes(op, logits.shape(), labels);
   if (!(opts.label_smoothing >= 0 && opts.label_smoothing <= 1))
-    fail<error>("cross_entropy", "label_smoothing = ", opts.label_smoothing, " is outside [0, 1]");
+    fail<error>(op, "label_smoothing = ", opts.label_smoothing, " is outside [0, 1]");
+  if constexpr (requires(const cross_entropy_problem<T>& p, std::function<void()> f) {
+                  { backend::loss_kernel<B>::cross_entropy(p, f) } -> std::same_as<bool>;
+                }) {
+    const Tensor<T, B> x = logits.contiguous();
+    const Tensor<int64_t, B> l = labels.contiguous();
+    const int64_t n = x.shape()[0], c = x.shape()[1];
+    const bool reduce = opts.reduction != Reduction::none;
+    Tensor<T, B> out(reduce ? Shape{} : Shape{n}), rows_lse(Shape{n}), count(Shape{});
+    const double smooth = opts.label_smoothing;
+    const cross_entropy_problem<T> p{.x = x.data(),
+                                     .labels = l.data(),
+                                     .n = n,
+                                     .c = c,
+                                     .ignore_index = opts.ignore_index,
+                                     .keep = 1.0 - smooth,
+                                     .smooth_per_class = c ? smooth / static_cast<double>(c) : 0.0,
+                                     .reduce = reduce,
+                                     .mean = opts.reduction == Reduction::mean,
+                                     .out = out.data(),
+                                     .lse = rows_lse.data(),
+                                     .counted = count.data()};
+    const int64_t ignore = opts.ignore_index;
+    if (backend::loss_kernel<B>::cross_entropy(
+            p, [l, c, ignore] { count_labels_on_host("cross_entropy", c, l, ignore); })) {
+      lse = std::move(rows_lse);
+      counted = {0, std::move(count)};
+      return out;
+    }
+  }
+  counted = check_labels<T>(op, logits.shape(), labels, opts.ignore_index);
   return reduce_loss(cross_entropy_samples(logits, labels, opts, lse), opts.reduction, counted);
 }
 
