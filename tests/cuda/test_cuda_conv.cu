@@ -316,6 +316,23 @@ TEST_F(CudaConvOps, Conv1dAndTransposedConvolution) {
       [&](const auto& a, const auto& b) { return ts::conv_transpose2d(a, b, ot); }, xt, wt);
 }
 
+// The implicit GEMM's tap table depends on the geometry alone: it is built by the first forward
+// pass of a geometry and reused by the next (one launch fewer), with the same result.
+TEST_F(CudaConvOps, TapTablesAreBuiltOncePerGeometry) {
+  const auto x = ints<float>({2, 3, 13, 11}, 420), w = ints<float>({4, 3, 3, 2}, 421);
+  const ts::Conv2dOptions o{.padding = {1, 0}, .dilation = {1, 2}};
+  const auto xd = x.to<ts::cuda>(), wd = w.to<ts::cuda>();
+  const ts::cuda_activity a = ts::cuda_activity_counts();
+  const auto first = ts::conv2d(xd, wd, o);
+  const ts::cuda_activity b = ts::cuda_activity_counts();
+  const auto second = ts::conv2d(xd, wd, o);
+  const ts::cuda_activity c = ts::cuda_activity_counts();
+  EXPECT_EQ(c.launches - b.launches, b.launches - a.launches - 1);
+  EXPECT_EQ(c.host_waits, a.host_waits);
+  expect_close(first.to<ts::cpu>(), ts::conv2d(x, w, o), 0, 0, "conv2d, table built");
+  expect_close(second.to<ts::cpu>(), ts::conv2d(x, w, o), 0, 0, "conv2d, table reused");
+}
+
 TEST_F(CudaConvOps, ConvErrorsAreThrownBeforeAnyLaunch) {
   const auto x = ts::zeros<float, ts::cuda>({2, 5, 9, 9});
   const auto w = ts::zeros<float, ts::cuda>({6, 4, 3, 3});

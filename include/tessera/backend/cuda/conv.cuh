@@ -24,7 +24,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -246,6 +249,51 @@ void cuda_conv_launch(const char* what, void (*kernel)(P...), int64_t items, A&&
               args...);
 }
 
+/// Tap tables (cuda_conv_taps, cuda_conv_chunk_taps) built once per device and geometry and kept
+/// for the process: a table depends only on the geometry, and building it is a launch, three per
+/// training step of a two-convolution CNN. Blocks come from the caching allocator and are never
+/// returned (like the losses' column numbers); past `capacity` geometries a table is built per
+/// call into scratch that dies with it (`scratch`).
+class cuda_conv_tap_tables {
+ public:
+  static constexpr size_t capacity = 1024;
+
+  static cuda_conv_tap_tables& instance() {
+    static auto* t = new cuda_conv_tap_tables;  // never destroyed: device memory outlives main
+    return *t;
+  }
+
+  /// The table for g with `chunk` rows per entry (0: planar, one entry per row), built on the
+  /// device the first time, or into `scratch` once the cache is full.
+  const cuda_conv_tap* get(const conv_geometry& g, int64_t chunk,
+                           std::optional<cuda_scratch>& scratch) {
+    const key k{cuda_current_device(), g.cg(), g.h, g.w, g.r, g.s, g.dil_h, g.dil_w, chunk};
+    std::lock_guard lock(mu_);
+    if (const auto it = tables_.find(k); it != tables_.end()) return it->second;
+    const int64_t rows = g.cg() * g.r * g.s, entries = chunk ? rows / chunk : rows;
+    const size_t bytes = static_cast<size_t>(entries) * sizeof(cuda_conv_tap);
+    cuda_conv_tap* table = nullptr;
+    if (tables_.size() < capacity) {
+      table = static_cast<cuda_conv_tap*>(device_block_cache::instance().allocate(bytes));
+    } else {
+      scratch.emplace(bytes);
+      table = static_cast<cuda_conv_tap*>(scratch->get());
+    }
+    if (chunk)
+      cuda_conv_launch("cuda_conv_chunk_taps", cuda_conv_chunk_taps<cuda_conv_tap>, entries, g,
+                       chunk, table);
+    else
+      cuda_conv_launch("cuda_conv_taps", cuda_conv_taps<cuda_conv_tap>, entries, g, table);
+    if (!scratch) tables_.emplace(k, table);
+    return table;
+  }
+
+ private:
+  using key = std::array<int64_t, 9>;
+  std::mutex mu_;
+  std::map<key, const cuda_conv_tap*> tables_;
+};
+
 }  // namespace detail
 
 namespace backend {
@@ -302,11 +350,9 @@ struct conv_kernel<cuda> {
   static void run_implicit(const detail::conv_forward_problem<TX, TW, Acc>& p) {
     if (run_channels_last(p)) return;
     const detail::conv_geometry& g = p.g;
-    const int64_t K = g.cg() * g.r * g.s;
-    detail::cuda_scratch taps(static_cast<size_t>(K) * sizeof(detail::cuda_conv_tap));
-    auto* table = static_cast<detail::cuda_conv_tap*>(taps.get());
-    detail::cuda_conv_launch("cuda_conv_taps", detail::cuda_conv_taps<detail::cuda_conv_tap>, K, g,
-                             table);
+    std::optional<detail::cuda_scratch> scratch;
+    const detail::cuda_conv_tap* table =
+        detail::cuda_conv_tap_tables::instance().get(g, 0, scratch);
     run_gathered(p, detail::cuda_conv_gather_for(g, table, 1), p.w, p.x, g.cg() * g.h * g.w);
   }
 
@@ -373,11 +419,9 @@ struct conv_kernel<cuda> {
           detail::cuda_gemm_operand<TX>{p.x, 1, hw, nullptr, g.c * hw}, g.n, hw, g.c, xs);
       const auto wt = detail::cuda_pack_operand(
           detail::cuda_gemm_operand<TW>{p.w, 1, rs, nullptr, K}, g.k, rs, cg, ws);
-      detail::cuda_scratch taps(static_cast<size_t>(K / V) * sizeof(detail::cuda_conv_tap));
-      auto* table = static_cast<detail::cuda_conv_tap*>(taps.get());
-      detail::cuda_conv_launch("cuda_conv_chunk_taps",
-                               detail::cuda_conv_chunk_taps<detail::cuda_conv_tap>, K / V, g, V,
-                               table);
+      std::optional<detail::cuda_scratch> scratch;
+      const detail::cuda_conv_tap* table =
+          detail::cuda_conv_tap_tables::instance().get(g, V, scratch);
       // On refusal the caller runs every group again on the planar images.
       return run_gathered(p, detail::cuda_conv_gather_for(g, table, g.c), wt.x, xt.x, cg);
     }

@@ -42,7 +42,7 @@ class cuda_deferred_checks {
   int* arm(std::function<void()> on_fault, void (*wait)()) {
     std::unique_lock lock(mu_);
     if (!host_) allocate();
-    if (pending_.size() == slots) {
+    while (pending_.size() >= slots) {  // another thread may take the freed slots first
       lock.unlock();
       wait();  // settles, which frees every slot
       lock.lock();
