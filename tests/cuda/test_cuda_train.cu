@@ -35,6 +35,157 @@ void expect_same_weights(const Model& cpu, const DevModel& dev, double rtol, dou
                  what + " " + a[i].first);
 }
 
+/// A module built by make(backend) gives on CUDA what it gives on the CPU from the same weights:
+/// the forward pass, the input's gradient, every parameter's gradient and every buffer (running
+/// statistics), in training or evaluation mode.
+template <class Make>
+void expect_module_follows_cpu(Make make, const ts::Shape& in, const std::string& what,
+                               bool training = true, double tol = 2e-5) {
+  auto cpu = make(ts::cpu{});
+  auto dev = make(ts::cuda{});
+  copy_weights(cpu, dev);
+  cpu.train(training), dev.train(training);
+  ts::Generator gen(static_cast<uint64_t>(in.numel()) + what.size());
+  const auto x = ts::randn<float, ts::cpu>(in, gen);
+  ts::Variable<float, ts::cpu> xc(x, true);
+  ts::Variable<float, ts::cuda> xd(x.to<ts::cuda>(), true);
+  const auto yc = cpu(xc);
+  const auto yd = dev(xd);
+  expect_close(yd.value().template to<ts::cpu>(), yc.value(), tol, tol, what + " forward");
+  const auto g = ts::randn<float, ts::cpu>(yc.shape(), gen);
+  yc.backward(g);
+  yd.backward(g.template to<ts::cuda>());
+  expect_close(xd.grad().template to<ts::cpu>(), xc.grad(), tol, tol, what + " input gradient");
+  const auto pc = cpu.named_parameters();
+  const auto pd = dev.named_parameters();
+  ASSERT_EQ(pc.size(), pd.size()) << what;
+  for (size_t i = 0; i < pc.size(); ++i)
+    expect_close(pd[i].second.grad().template to<ts::cpu>(), pc[i].second.grad(), tol, tol,
+                 what + " gradient of " + pc[i].first);
+  const auto bc = cpu.named_buffers();
+  const auto bd = dev.named_buffers();
+  ASSERT_EQ(bc.size(), bd.size()) << what;
+  for (size_t i = 0; i < bc.size(); ++i)
+    expect_close(bd[i].second.template to<ts::cpu>(), bc[i].second, tol, tol,
+                 what + " buffer " + bc[i].first);
+}
+
+// Every layer of nn beyond the CNN's (those run in the tests below) on CUDA tensors.
+TEST_F(CudaTrain, EveryLayerFollowsTheCpu) {
+  expect_module_follows_cpu(
+      [](auto b) { return nn::Conv1d<float, decltype(b)>(4, 6, 3, {.stride = 2, .padding = 1}); },
+      {3, 4, 17}, "Conv1d");
+  expect_module_follows_cpu(
+      [](auto b) {
+        return nn::ConvTranspose2d<float, decltype(b)>(4, 6, 3, {.stride = {2, 2}, .groups = 2});
+      },
+      {2, 4, 5, 6}, "ConvTranspose2d");
+  expect_module_follows_cpu(
+      [](auto b) {
+        return nn::AdaptiveAvgPool2d<float, decltype(b)>({3, 2});
+      },
+      {2, 3, 7, 5}, "AdaptiveAvgPool2d");
+  expect_module_follows_cpu([](auto b) { return nn::GELU<float, decltype(b)>(); }, {4, 9}, "GELU");
+  expect_module_follows_cpu([](auto b) { return nn::Tanh<float, decltype(b)>(); }, {4, 9}, "Tanh");
+  expect_module_follows_cpu([](auto b) { return nn::Sigmoid<float, decltype(b)>(); }, {4, 9},
+                            "Sigmoid");
+  expect_module_follows_cpu([](auto b) { return nn::Softmax<float, decltype(b)>(1); }, {4, 9, 2},
+                            "Softmax");
+  for (bool training : {true, false}) {
+    const std::string mode = training ? " (training)" : " (evaluation)";
+    expect_module_follows_cpu([](auto b) { return nn::BatchNorm1d<float, decltype(b)>(5); }, {8, 5},
+                              "BatchNorm1d" + mode, training);
+    expect_module_follows_cpu([](auto b) { return nn::BatchNorm2d<float, decltype(b)>(3); },
+                              {4, 3, 5, 6}, "BatchNorm2d" + mode, training);
+  }
+  expect_module_follows_cpu([](auto b) { return nn::Dropout<float, decltype(b)>(0.3); }, {4, 9},
+                            "Dropout (evaluation: the identity)", false);
+  expect_module_follows_cpu(
+      [](auto b) {
+        return nn::LayerNorm<float, decltype(b)>(ts::Shape{4, 5});
+      },
+      {3, 4, 5}, "LayerNorm");
+}
+
+// The optimizers' other variants, with gradient clipping, on CUDA parameters: the same steps as
+// on the CPU. clip_grad_norm adds the squared norms on the device and waits once.
+TEST_F(CudaTrain, OptimizerVariantsAndClippingFollowTheCpu) {
+  auto make = [](auto b) {
+    using B = decltype(b);
+    return nn::Sequential<float, B>{nn::Linear<float, B>(6, 8), nn::Tanh<float, B>(),
+                                    nn::Linear<float, B>(8, 3)};
+  };
+  ts::Generator gen(12);
+  const auto x = ts::randn<float, ts::cpu>({16, 6}, gen);
+  const auto y = ts::randint<int64_t, ts::cpu>(0, 3, {16}, gen);
+  const auto xd = x.to<ts::cuda>();
+  const auto yd = y.to<ts::cuda>();
+  const auto run = [&](auto& model, auto& opt, const auto& in, const auto& labels) {
+    using B = typename std::remove_cvref_t<decltype(in)>::backend_type;
+    std::vector<double> norms;
+    for (int step = 0; step < 4; ++step) {
+      opt.zero_grad();
+      nn::cross_entropy(model(ts::Variable<float, B>(in)), labels).backward();
+      norms.push_back(ts::optim::clip_grad_norm(model.parameters(), 0.2));
+      opt.step();
+    }
+    return norms;
+  };
+  for (int variant = 0; variant < 3; ++variant) {
+    auto cpu = make(ts::cpu{});
+    auto dev = make(ts::cuda{});
+    copy_weights(cpu, dev);
+    std::vector<double> nc, nd;
+    std::string what;
+    if (variant == 0) {
+      what = "SGD, Nesterov, weight decay";
+      const ts::optim::SGDOptions o{
+          .lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true};
+      ts::optim::SGD oc(cpu.parameters(), o);
+      ts::optim::SGD od(dev.parameters(), o);
+      nc = run(cpu, oc, x, y), nd = run(dev, od, xd, yd);
+    } else if (variant == 1) {
+      what = "Adam, AMSGrad, weight decay";
+      const ts::optim::AdamOptions o{.lr = 0.05, .weight_decay = 0.01, .amsgrad = true};
+      ts::optim::Adam oc(cpu.parameters(), o);
+      ts::optim::Adam od(dev.parameters(), o);
+      nc = run(cpu, oc, x, y), nd = run(dev, od, xd, yd);
+    } else {
+      what = "AdamW";
+      ts::optim::AdamW oc(cpu.parameters());
+      ts::optim::AdamW od(dev.parameters());
+      nc = run(cpu, oc, x, y), nd = run(dev, od, xd, yd);
+    }
+    for (size_t i = 0; i < nc.size(); ++i)
+      EXPECT_NEAR(nd[i], nc[i], 1e-5 * nc[i]) << what << ", gradient norm at step " << i;
+    EXPECT_GT(nc.front(), 0.2) << what << ": the clipping was not exercised";
+    expect_same_weights(cpu, dev, 1e-4, 1e-6, what);
+  }
+}
+
+// Dropout in training on CUDA: elements are zeroed at about the rate p, the others scaled by
+// 1 / (1 - p), and the gradient flows through the same mask.
+TEST_F(CudaTrain, DropoutMasksAndScalesOnTheDevice) {
+  nn::Dropout<float, ts::cuda> drop(0.25);
+  const auto x = ts::full<float, ts::cpu>({64, 64}, 2.0f);
+  ts::Variable<float, ts::cuda> xd(x.to<ts::cuda>(), true);
+  const auto y = drop(xd);
+  y.backward(ts::ones<float, ts::cuda>({64, 64}));
+  const auto yv = y.value().to<ts::cpu>(), gv = xd.grad().to<ts::cpu>();
+  int64_t zeros = 0;
+  for (int64_t i = 0; i < yv.numel(); ++i) {
+    const float v = yv.data()[i], gi = gv.data()[i];
+    if (v == 0) {
+      ++zeros;
+      EXPECT_EQ(gi, 0.0f) << i;
+    } else {
+      EXPECT_NEAR(v, 2.0f / 0.75f, 1e-6) << i;
+      EXPECT_NEAR(gi, 1.0f / 0.75f, 1e-6) << i;
+    }
+  }
+  EXPECT_NEAR(double(zeros) / double(yv.numel()), 0.25, 0.03);
+}
+
 /// Autograd's max pooling backward on CUDA (the gather over its forward pass's windows) gives
 /// the CPU's gradient, overlapping windows and padding included.
 TEST_F(CudaTrain, AutogradMaxPoolingFollowsTheCpu) {

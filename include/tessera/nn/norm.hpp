@@ -9,6 +9,16 @@ TESSERA_BEGIN_NAMESPACE
 namespace nn {
 
 namespace detail {
+/// A running statistic's update, (1 - momentum) * running + momentum * batch * scale: a functor
+/// rather than a lambda so that map runs it on every backend (CUDA needs a device function).
+template <class T>
+struct running_update {
+  T momentum, scale;
+  TESSERA_HOST_DEVICE T operator()(T running, T batch) const {
+    return (1 - momentum) * running + momentum * batch * scale;
+  }
+};
+
 /// Batch normalization over every dim but 1 (channels), shared by BatchNorm1d and BatchNorm2d.
 template <class T, class B>
 class batch_norm : public Module<T, B> {
@@ -48,8 +58,9 @@ class batch_norm : public Module<T, B> {
     if (this->is_training()) {
       const int64_t count = x.numel() / x.shape()[1];
       if (count < 2)
-        tessera::detail::fail<shape_error>(name_, "needs more than one value per channel in "
-                                                  "training mode, got input of shape ",
+        tessera::detail::fail<shape_error>(name_,
+                                           "needs more than one value per channel in "
+                                           "training mode, got input of shape ",
                                            x.shape());
       const Variable<T, B> m = mean(x, axes, true);
       const Variable<T, B> v = var(x, axes, true, 0.0);
@@ -57,10 +68,10 @@ class batch_norm : public Module<T, B> {
       no_grad guard;
       const T mom = static_cast<T>(momentum);
       const T unbias = static_cast<T>(static_cast<double>(count) / static_cast<double>(count - 1));
-      map_to(running_mean, [mom](T rm, T bm) { return (1 - mom) * rm + mom * bm; }, running_mean,
+      map_to(running_mean, running_update<T>{mom, T(1)}, running_mean,
              m.value().reshape({x.shape()[1]}));
-      map_to(running_var, [mom, unbias](T rv, T bv) { return (1 - mom) * rv + mom * bv * unbias; },
-             running_var, v.value().reshape({x.shape()[1]}));
+      map_to(running_var, running_update<T>{mom, unbias}, running_var,
+             v.value().reshape({x.shape()[1]}));
     } else {
       const Tensor<T, B> m = running_mean.reshape(per_channel.span());
       const Tensor<T, B> s = rsqrt(running_var + static_cast<T>(eps)).reshape(per_channel.span());

@@ -176,24 +176,33 @@ template <class T, class B>
 AdamW(std::vector<Variable<T, B>>) -> AdamW<T, B>;
 
 /// Rescales the gradients of params in place so that their joint 2-norm is at most max_norm;
-/// returns the norm before clipping. Parameters without a gradient are ignored.
+/// returns the norm before clipping. Parameters without a gradient are ignored. On a device the
+/// squared norms are added there and read back once (one wait, not one per parameter).
 template <class T, class B>
 double clip_grad_norm(const std::vector<Variable<T, B>>& params, double max_norm) {
   if (!(max_norm > 0))
     tessera::detail::fail<error>("clip_grad_norm", "max_norm ", max_norm, " must be positive");
   double total = 0;
-  for (const auto& p : params)
-    if (p.grad().defined()) {
-      const double n = static_cast<double>(norm(p.grad()).item());
-      total += n * n;
-    }
+  if constexpr (backend::memory<B>::host_accessible) {
+    for (const auto& p : params)
+      if (p.grad().defined()) {
+        const double n = static_cast<double>(norm(p.grad()).item());
+        total += n * n;
+      }
+  } else {
+    Tensor<T, B> squares;
+    for (const auto& p : params)
+      if (p.grad().defined()) {
+        const Tensor<T, B> n = norm(p.grad());
+        squares = squares.defined() ? squares + n * n : n * n;
+      }
+    if (squares.defined()) total = static_cast<double>(squares.item());
+  }
   total = std::sqrt(total);
   if (total > max_norm) {
     const T scale = static_cast<T>(max_norm / (total + 1e-6));
     for (const auto& p : params)
-      if (p.grad().defined())
-        map_to(
-            p.grad(), [scale](T g) { return g * scale; }, p.grad());
+      if (p.grad().defined()) p.grad() *= scale;
   }
   return total;
 }
