@@ -148,7 +148,8 @@ double accuracy(const std::vector<int64_t>& predicted, const ts::data::Dataset& 
 // One line, redrawn in place on a terminal; on a pipe, a line at each quarter of the epoch.
 void progress(int epoch, int epochs, int64_t done, int64_t total, double loss, double samples_s,
               double eta, bool tty) {
-  const bool quarter = done == total || (done * 4 / total) != ((done - 1) * 4 / total);
+  // Called every 16 batches and at the last: a quarter is crossed within the last 16.
+  const bool quarter = done == total || (done * 4 / total) != ((done - 16) * 4 / total);
   if (!tty && !quarter) return;
   constexpr int width = 30;
   const int filled = static_cast<int>(width * done / total);
@@ -185,14 +186,19 @@ int run(const Args& args, const ts::data::Dataset& train, const ts::data::Datase
     const int64_t total = static_cast<int64_t>(epoch_batches.size());
     int64_t done = 0, seen = 0;
     double loss_sum = 0;
+    // The losses are added where they live and read back for the progress line only: on a GPU
+    // every read is a wait for the device, which would otherwise stall each step.
+    ts::Tensor<float, B> losses = ts::zeros<float, B>({});
     for (auto [images, labels] : epoch_batches) {
       auto loss = ts::nn::cross_entropy(model(on<B>(images)), on<B>(labels));
       opt.zero_grad();
       loss.backward();
       opt.step();
-      loss_sum += loss.item();
+      losses += loss.value();
       ++done;
       seen += labels.numel();
+      if (done % 16 != 0 && done != total) continue;
+      loss_sum = losses.item();
       const double rate = static_cast<double>(seen) / seconds_since(t_epoch);
       const double eta = static_cast<double>(train.size() - seen) / rate;
       progress(epoch, args.epochs, done, total, loss_sum / static_cast<double>(done), rate, eta,
