@@ -53,6 +53,7 @@
 
 #include <ucontext.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -337,6 +338,13 @@ inline uint32_t smem_address(const void* p) {
   return static_cast<uint32_t>(static_cast<const unsigned char*>(p) - dynamic_smem);
 }
 
+/// Seconds spent running kernels (in launch) by this process, and whether kernels run at all:
+/// with skip_kernels (set from the environment variable TESSERA_CUDA_EMU_SKIP_KERNELS) a launch
+/// checks its configuration and returns, so a program times the host code between launches alone
+/// (the results are garbage). docs/perf/cuda_step_host.cpp uses both.
+inline double kernel_seconds = 0;
+inline const bool skip_kernels = std::getenv("TESSERA_CUDA_EMU_SKIP_KERNELS") != nullptr;
+
 /// Runs body (the kernel call) for every thread of grid x block, blocks in order, and records
 /// launch errors in the host thread's error slot like the runtime. `kernel` identifies the kernel
 /// for its dynamic shared memory limit.
@@ -353,8 +361,17 @@ inline void launch(const char* what, dim3 grid, dim3 block, const std::function<
     record(cudaErrorInvalidConfiguration);
     return;
   }
+  if (skip_kernels) return;
   static std::mutex device_mu;  // one device: launches from several host threads take turns
   std::lock_guard lock(device_mu);
+  const auto started = std::chrono::steady_clock::now();
+  struct timed {
+    std::chrono::steady_clock::time_point t0;
+    ~timed() {
+      kernel_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+  } time_it{started};
   if (smem_bytes > default_dynamic_smem) {
     if (smem_bytes > dynamic_smem_limit(kernel)) {
       std::fprintf(stderr,
