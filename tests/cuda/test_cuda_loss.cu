@@ -78,11 +78,13 @@ void expect_cross_entropy_matches_cpu(int64_t n, int64_t c, bool all_options, in
 }
 
 TEST_F(CudaLoss, CrossEntropyAndItsGradientMatchCpu) {
-  // One launch (the fused block) up to 2^16 logits, composed ops above.
+  // One launch (the fused block) up to 2^16 logits and 256 classes, composed ops beyond.
   expect_cross_entropy_matches_cpu<float>(37, 10, true, 1);
   expect_cross_entropy_matches_cpu<double>(300, 7, true, 1);
   expect_cross_entropy_matches_cpu<float>(0, 5, true, 1);
+  expect_cross_entropy_matches_cpu<float>(3, 256, false, 1);
   expect_cross_entropy_matches_cpu<float>(263, 250, false, 0);
+  expect_cross_entropy_matches_cpu<float>(5, 257, false, 0);
 }
 
 TEST_F(CudaLoss, CrossEntropyOfATransposedInput) {

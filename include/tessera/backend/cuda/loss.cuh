@@ -111,17 +111,20 @@ struct loss_kernel<cuda> {
                         dim3(detail::cuda_label_threads), labels, n, c, ignore, counted, fault);
   }
 
-  /// At most this many logits for the one-block cross-entropy: a few microseconds on one SM,
-  /// where the composed path costs about a dozen launches. Larger problems return false.
-  static constexpr int64_t fused_cross_entropy_limit = int64_t{1} << 16;
+  /// Limits of the one-block cross-entropy: at most this many logits, and this many classes (a
+  /// thread walks its rows three times; 256 classes keep that under 800 loads a thread, a few
+  /// microseconds on one SM, where the composed path costs about a dozen launches).
+  static constexpr int64_t fused_cross_entropy_logits = int64_t{1} << 16;
+  static constexpr int64_t fused_cross_entropy_classes = 256;
 
   /// Cross-entropy's forward pass in one launch, labels checked as check_labels does (a bad one
-  /// runs on_fault at the next wait); false, launching nothing, when n * c is above
-  /// fused_cross_entropy_limit (the caller composes it from map and reductions instead).
+  /// runs on_fault at the next wait); false, launching nothing, past the limits above (the
+  /// caller composes it from map and reductions instead).
   template <class T>
   static bool cross_entropy(const detail::cross_entropy_problem<T>& p,
                             std::function<void()> on_fault) {
-    if (p.c > 0 && p.n > fused_cross_entropy_limit / p.c) return false;
+    if (p.c > fused_cross_entropy_classes) return false;
+    if (p.c > 0 && p.n > fused_cross_entropy_logits / p.c) return false;
     int* fault = detail::cuda_arm_check(std::move(on_fault));
     detail::cuda_launch("cuda_cross_entropy_block", detail::cuda_cross_entropy_block<T>, dim3(1),
                         dim3(detail::cuda_label_threads), p, fault);
