@@ -7,7 +7,9 @@
 #   scripts/gpu_check.sh bundle [BUILD_DIR] [BUNDLE]   on the build machine
 #   scripts/gpu_check.sh run [BUNDLE] [OUT_DIR]        on the GPU machine
 #
-# Defaults: BUILD_DIR build-cuda, BUNDLE gpu-bundle, OUT_DIR gpu-results. `bundle` copies the
+# Defaults: BUILD_DIR build-cuda, BUNDLE gpu-bundle, OUT_DIR gpu-results. `bundle` also packs the
+# folder into BUNDLE.tgz (a build for one architecture: 84 MB unpacked, 48 MB packed, under the
+# 64 MiB a device call carries); `run` accepts the folder or the .tgz. `bundle` copies the
 # programs (tessera_cuda_tests, bench_cuda, bench_cuda_conv, bench_cuda_train, fashion_mnist,
 # fashion_mnist_cuda: build them with the test-cuda preset for the GPU's architecture, e.g.
 # CMAKE_CUDA_ARCHITECTURES=90, which also keeps the bundle small), the PyTorch script and the
@@ -34,6 +36,8 @@ if [[ "$mode" == bundle ]]; then
     while read -r lib; do cp -L "$lib" "$dest/lib/"; done
   cp "${TESSERA_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}"/*.gz "$dest/data/"
   du -sh "$dest"
+  tar -czf "${dest%/}.tgz" -C "$(dirname "$dest")" "$(basename "$dest")"
+  du -sh "${dest%/}.tgz"
   exit 0
 fi
 if [[ "$mode" != run ]]; then
@@ -44,6 +48,10 @@ fi
 bundle="${2:-gpu-bundle}"
 out="${3:-gpu-results}"
 mkdir -p "$out"
+if [[ "$bundle" == *.tgz ]]; then  # unpack next to the results
+  tar -xzf "$bundle" -C "$out"
+  bundle="$out/$(basename "${bundle%.tgz}")"
+fi
 export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # cuDNN and cuBLAS: the toolkit's, else the ones PyTorch's nvidia-* packages carry.
 for pkg in cudnn cublas; do
