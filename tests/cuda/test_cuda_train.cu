@@ -164,12 +164,22 @@ TEST_F(CudaTrain, OptimizerVariantsAndClippingFollowTheCpu) {
 }
 
 // Dropout in training on CUDA: elements are zeroed at about the rate p, the others scaled by
-// 1 / (1 - p), and the gradient flows through the same mask.
+// 1 / (1 - p), and the gradient flows through the same mask; the mask is made on the device
+// (one launch, no wait) and is the CPU's mask from the same generator state.
 TEST_F(CudaTrain, DropoutMasksAndScalesOnTheDevice) {
   nn::Dropout<float, ts::cuda> drop(0.25);
+  nn::Dropout<float, ts::cpu> drop_cpu(0.25);
   const auto x = ts::full<float, ts::cpu>({64, 64}, 2.0f);
   ts::Variable<float, ts::cuda> xd(x.to<ts::cuda>(), true);
+  nn::manual_seed(77);
+  const auto want = drop_cpu(ts::Variable<float, ts::cpu>(x)).value();
+  nn::manual_seed(77);
+  const ts::cuda_activity before = ts::cuda_activity_counts();
   const auto y = drop(xd);
+  const ts::cuda_activity after = ts::cuda_activity_counts();
+  EXPECT_EQ(after.host_waits, before.host_waits);
+  EXPECT_EQ(after.launches - before.launches, 2);  // the mask, then x * mask
+  expect_close(y.value().to<ts::cpu>(), want, 0, 0, "dropout: the CPU's mask");
   y.backward(ts::ones<float, ts::cuda>({64, 64}));
   const auto yv = y.value().to<ts::cpu>(), gv = xd.grad().to<ts::cpu>();
   int64_t zeros = 0;

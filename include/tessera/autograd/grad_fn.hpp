@@ -110,11 +110,23 @@ template <class T>
 struct norm {
   TESSERA_HOST_DEVICE T operator()(T g, T v, T n) const { return n == T(0) ? T(0) : g * v / n; }
 };
-/// Dropout's mask from uniform u: scale where u < keep, else 0.
+/// The dropout mask of element i from a counter-based random number: splitmix64's finalizer of
+/// key + (i + 1) * golden ratio, whose top 53 bits are uniform in [0, 1); scale where that is
+/// below keep, else 0. The same on every backend, and computed where the mask lives (no random
+/// numbers drawn on the host and copied).
 template <class T>
-struct dropout_mask {
-  T keep, scale;
-  TESSERA_HOST_DEVICE T operator()(T u) const { return u < keep ? scale : T(0); }
+struct hashed_dropout_mask {
+  uint64_t key;
+  double keep;
+  T scale;
+  TESSERA_HOST_DEVICE T operator()(int64_t i) const {
+    uint64_t z = key + (static_cast<uint64_t>(i) + 1) * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    const double u = static_cast<double>(z >> 11) * 0x1.0p-53;
+    return u < keep ? scale : T(0);
+  }
 };
 
 }  // namespace autograd::grad_fn

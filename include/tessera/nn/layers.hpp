@@ -214,7 +214,9 @@ class Flatten : public Module<T, B> {
 };
 
 /// In training mode, zeroes each element with probability p and scales the rest by 1 / (1 - p);
-/// the identity in evaluation mode. Draws from nn::default_generator().
+/// the identity in evaluation mode. Takes one number from nn::default_generator() per call and
+/// derives each element's draw from it and the element's index (hashed_dropout_mask), on the
+/// backend itself: the same mask on every backend, and on a device no copy from the host.
 template <class T = float, class B = default_backend>
 class Dropout : public Module<T, B> {
  public:
@@ -225,9 +227,16 @@ class Dropout : public Module<T, B> {
   }
   Variable<T, B> forward(const Variable<T, B>& x) override {
     if (!this->is_training() || p == 0) return x;
-    const T keep = static_cast<T>(1 - p), scale = p == 1 ? T(0) : static_cast<T>(1 / (1 - p));
-    const Tensor<T, B> mask = map(autograd::grad_fn::dropout_mask<T>{keep, scale},
-                                  rand<T, B>(x.shape(), default_generator()));
+    const T scale = p == 1 ? T(0) : static_cast<T>(1 / (1 - p));
+    Tensor<T, B> mask(x.shape());
+    const autograd::grad_fn::hashed_dropout_mask<T> f{default_generator().next(), 1 - p, scale};
+    if constexpr (requires { backend::map_kernel<B>::generate(f, mask.data(), mask.numel()); }) {
+      backend::map_kernel<B>::generate(f, mask.data(), mask.numel());
+    } else {  // a backend without generate: the index of each element, counted on the host
+      std::vector<T> host(static_cast<size_t>(mask.numel()));
+      for (size_t i = 0; i < host.size(); ++i) host[i] = f(static_cast<int64_t>(i));
+      backend::memory<B>::copy_from_host(mask.data(), host.data(), host.size() * sizeof(T));
+    }
     return x * mask;
   }
 };

@@ -100,6 +100,15 @@ namespace backend {
 
 template <>
 struct map_kernel<cpu> {
+  /// out[i] = static_cast<Out>(f(i)) for i < n over contiguous out: values from their index
+  /// alone (the dropout mask's counter-based random numbers), split across threads when large.
+  template <class Out, class F>
+  static void generate(const F& f, Out* out, int64_t n) {
+    detail::parallel_for(n, 4, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) out[i] = static_cast<Out>(f(i));
+    });
+  }
+
   /// out[i] = static_cast<Out>(f(in[i]...)) over out's shape; inputs arrive broadcast to it.
   /// Rows of the coalesced iteration space are split across threads when the work is large.
   template <class Out, class F, class... In>

@@ -112,12 +112,30 @@ __global__ void __launch_bounds__(cuda_map_threads)
   cuda_map_strided_body(f, g, n, std::index_sequence_for<In...>{}, out, in...);
 }
 
+/// out[i] = f(i): values from their index alone (map_kernel<cuda>::generate).
+template <class Out, class F>
+__global__ void __launch_bounds__(cuda_map_threads) cuda_generate(F f, int64_t n, Out* out) {
+  const int64_t step = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += step)
+    out[i] = static_cast<Out>(f(i));
+}
+
 }  // namespace detail
 
 namespace backend {
 
 template <>
 struct map_kernel<cuda> {
+  /// out[i] = static_cast<Out>(f(i)) for i < n over contiguous out, f callable in device code
+  /// (as for run). Asynchronous, like run.
+  template <class Out, class F>
+  static void generate(const F& f, Out* out, int64_t n) {
+    if (n <= 0) return;
+    constexpr int T = detail::cuda_map_threads;
+    detail::cuda_launch("cuda_generate", detail::cuda_generate<Out, F>,
+                        dim3(detail::cuda_grid(n, T)), dim3(T), f, n, out);
+  }
+
   /// out[i] = static_cast<Out>(f(in[i]...)) over out's shape; inputs arrive broadcast to it
   /// (stride 0 where repeated). f must be callable in device code: tessera's fn:: functors,
   /// a `__host__ __device__` functor, or an extended `__device__` lambda (nvcc
