@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "../config.hpp"
+#include "../core/random.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 namespace autograd::grad_fn {
@@ -111,8 +112,8 @@ template <class T>
 struct norm {
   TESSERA_HOST_DEVICE T operator()(T g, T v, T n) const { return n == T(0) ? T(0) : g * v / n; }
 };
-/// The dropout mask of element i from a counter-based random number: splitmix64's finalizer of
-/// key + (i + 1) * golden ratio, whose top 53 bits are uniform in [0, 1); scale where that is
+/// The dropout mask of element i from a counter-based random number: splitmix64_mix of
+/// key + (i + 1) * splitmix64_step, whose top 53 bits are uniform in [0, 1); scale where that is
 /// below keep, else 0. The same on every backend, and computed where the mask lives (no random
 /// numbers drawn on the host and copied).
 template <class T>
@@ -121,10 +122,7 @@ struct hashed_dropout_mask {
   double keep;
   T scale;
   TESSERA_HOST_DEVICE T operator()(int64_t i) const {
-    uint64_t z = key + (static_cast<uint64_t>(i) + 1) * 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
+    const uint64_t z = splitmix64_mix(key + (static_cast<uint64_t>(i) + 1) * splitmix64_step);
     const double u = static_cast<double>(z >> 11) * 0x1.0p-53;
     return u < keep ? scale : T(0);
   }

@@ -8,6 +8,15 @@
 
 TESSERA_BEGIN_NAMESPACE
 
+/// splitmix64: the state advanced by the golden ratio, then mixed. Seeds Generator, and makes
+/// the counter-based draws of the dropout mask (state = key + i * step for element i).
+inline constexpr uint64_t splitmix64_step = 0x9e3779b97f4a7c15ull;
+TESSERA_HOST_DEVICE inline uint64_t splitmix64_mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 /// xoshiro256** seeded through splitmix64. Unlike std::normal_distribution, every draw is
 /// specified here, so a seed gives the same tensors on every compiler and platform.
 class Generator {
@@ -15,11 +24,8 @@ class Generator {
   explicit Generator(uint64_t seed = 0x5eed) { this->seed(seed); }
   void seed(uint64_t s) {
     for (auto& w : s_) {
-      s += 0x9e3779b97f4a7c15ull;
-      uint64_t z = s;
-      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-      w = z ^ (z >> 31);
+      s += splitmix64_step;
+      w = splitmix64_mix(s);
     }
     has_spare_ = false;
   }
