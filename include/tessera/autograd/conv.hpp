@@ -98,8 +98,8 @@ Variable<T, B> conv_transpose2d(const Variable<T, B>& x, const Variable<T, B>& w
 /// gradient without checking them (tessera::detail::max_pool2d_backward_of_forward).
 template <element_type T, class B>
 Variable<T, B> max_pool2d(const Variable<T, B>& x, const Pool2dOptions& opts) {
-  auto r = max_pool2d_with_indices(x.value(), opts);
-  const auto plan = tessera::detail::max_pool_plan("max_pool2d", x.value(), opts);
+  const auto plan = tessera::detail::max_pool_plan("max_pool2d_with_indices", x.value(), opts);
+  auto r = tessera::detail::max_pool_with_indices(plan, x.value());
   return autograd::detail::record(
       r.values, {&x},
       [s = x.shape(), idx = r.indices, plan](const autograd::backward_context<T, B>& c) {

@@ -208,6 +208,15 @@ void run_max_pool(const pool_plan& plan, const Tensor<T, B>& x, const Tensor<T, 
   }
 }
 
+/// Values and indices of max pooling x with a checked plan (max_pool2d_with_indices; autograd
+/// keeps the plan for its backward pass).
+template <class T, class B>
+max_pool2d_result<T, B> max_pool_with_indices(const pool_plan& plan, const Tensor<T, B>& x) {
+  max_pool2d_result<T, B> r{Tensor<T, B>(plan.out_shape), Tensor<int64_t, B>(plan.out_shape)};
+  run_max_pool(plan, x, r.values, r.indices.data());
+  return r;
+}
+
 template <class T, class B>
 pool_plan avg_pool_plan(std::string_view op, const Tensor<T, B>& x, const Pool2dOptions& o) {
   x.check_defined(op);
@@ -285,10 +294,8 @@ const Tensor<T, B>& max_pool2d(const Tensor<T, B>& x, const Pool2dOptions& optio
 template <element_type T, class B>
 max_pool2d_result<T, B> max_pool2d_with_indices(const Tensor<T, B>& x,
                                                 const Pool2dOptions& options) {
-  const auto plan = detail::max_pool_plan("max_pool2d_with_indices", x, options);
-  max_pool2d_result<T, B> r{Tensor<T, B>(plan.out_shape), Tensor<int64_t, B>(plan.out_shape)};
-  detail::run_max_pool(plan, x, r.values, r.indices.data());
-  return r;
+  return detail::max_pool_with_indices(detail::max_pool_plan("max_pool2d_with_indices", x, options),
+                                       x);
 }
 /// Out-parameter form of max_pool2d_with_indices: values into out, indices into indices (both of
 /// the result shape, any strides). Throws as max_pool2d_with_indices, and shape_error for wrong
