@@ -2,9 +2,9 @@
 // backward passes are the tensor-level *_backward functions of ops/conv.hpp and ops/pool.hpp.
 #pragma once
 
-#include "elementwise.hpp"
 #include "../ops/conv.hpp"
 #include "../ops/pool.hpp"
+#include "elementwise.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 
@@ -18,12 +18,11 @@ Tensor<T, B> value_or_none(const Variable<T, B>& v) {
 /// itself), giving the bias (input 2) its gradient on the way: the mask and the bias sum read the
 /// output gradient in one pass, while it is in cache.
 template <class T, class B>
-Tensor<T, B> relu_and_bias_grad(const backward_context<T, B>& c, const Tensor<T, B>& y,
-                                bool relu) {
+Tensor<T, B> relu_and_bias_grad(const backward_context<T, B>& c, const Tensor<T, B>& y, bool relu) {
   if (!c.needs(2)) return through_relu(c.grad(), y, relu);
   const bool want_masked = relu && (c.needs(0) || c.needs(1));
-  auto [g, db] = tessera::detail::conv_bias_backward_masked(
-      "conv backward", c.grad(), relu ? y : Tensor<T, B>(), want_masked);
+  auto [g, db] = tessera::detail::conv_bias_backward_masked("conv backward", c.grad(),
+                                                            relu ? y : Tensor<T, B>(), want_masked);
   c.give(2, std::move(db));
   return relu ? g : c.grad();
 }
@@ -36,14 +35,16 @@ Variable<T, B> conv2d(const Variable<T, B>& x, const Variable<T, B>& w, const Va
                       const Conv2dOptions& opts = {}) {
   Tensor<T, B> y = conv2d(x.value(), w.value(), autograd::detail::value_or_none(bias), opts);
   const bool relu = opts.relu;
-  return autograd::detail::record(
-      y, {&x, &w, &bias},
-      [xv = x.value(), wv = w.value(), y = relu ? y : Tensor<T, B>(),
-       opts](const autograd::backward_context<T, B>& c) {
-        const Tensor<T, B> g = autograd::detail::relu_and_bias_grad(c, y, opts.relu);
-        if (c.needs(0)) c.give(0, conv2d_backward_input(g, wv, xv.shape(), opts));
-        if (c.needs(1)) c.give(1, conv2d_backward_weight(g, xv, wv.shape(), opts));
-      });
+  return autograd::detail::record(y, {&x, &w, &bias},
+                                  [xv = x.value(), wv = w.value(), y = relu ? y : Tensor<T, B>(),
+                                   opts](const autograd::backward_context<T, B>& c) {
+                                    const Tensor<T, B> g =
+                                        autograd::detail::relu_and_bias_grad(c, y, opts.relu);
+                                    if (c.needs(0))
+                                      c.give(0, conv2d_backward_input(g, wv, xv.shape(), opts));
+                                    if (c.needs(1))
+                                      c.give(1, conv2d_backward_weight(g, xv, wv.shape(), opts));
+                                  });
 }
 /// 2-D convolution without bias.
 template <element_type T, class B>
@@ -125,12 +126,12 @@ Variable<T, B> adaptive_avg_pool2d(const Variable<T, B>& x, std::array<int64_t, 
 /// Mean over H and W ([N, C, H, W] -> [N, C, 1, 1]), as tessera::global_avg_pool2d.
 template <element_type T, class B>
 Variable<T, B> global_avg_pool2d(const Variable<T, B>& x) {
-  return autograd::detail::record(
-      global_avg_pool2d(x.value()), {&x}, [s = x.shape()](const autograd::backward_context<T, B>& c) {
-        const int r = s.rank();
-        const T scale = T(1) / static_cast<T>(s[r - 1] * s[r - 2]);
-        c.give(0, c.grad().broadcast_to(s) * scale);
-      });
+  return autograd::detail::record(global_avg_pool2d(x.value()), {&x},
+                                  [s = x.shape()](const autograd::backward_context<T, B>& c) {
+                                    const int r = s.rank();
+                                    const T scale = T(1) / static_cast<T>(s[r - 1] * s[r - 2]);
+                                    c.give(0, c.grad().broadcast_to(s) * scale);
+                                  });
 }
 
 TESSERA_END_NAMESPACE
