@@ -98,6 +98,81 @@ TEST_F(Cuda, RawCopiesAndZeroByteNoOps) {
   M::deallocate(b, 4000);
 }
 
+/// Waits for the stream made by f().
+template <class F>
+int64_t waits_during(F&& f) {
+  const int64_t before = ts::cuda_activity_counts().host_waits;
+  f();
+  return ts::cuda_activity_counts().host_waits - before;
+}
+
+TEST_F(Cuda, UploadsReturnWithoutWaitingAndFreeTheSourceAtOnce) {
+  using staging = ts::detail::cuda_upload_staging;
+  ts::backend::memory<ts::cuda>::synchronize();  // every staging block free
+  std::vector<float> src(50000);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) * 0.5f - 7.f;
+  const std::vector<float> want = src;
+  const ts::Tensor<float> host = ts::from_vector(src, {50000});
+  ts::Tensor<float, ts::cuda> dev;
+  EXPECT_EQ(waits_during([&] { dev = host.to<ts::cuda>(); }), 0);
+  const auto raw = static_cast<float*>(ts::backend::memory<ts::cuda>::allocate(200000));
+  EXPECT_EQ(
+      waits_during([&] { ts::backend::memory<ts::cuda>::copy_from_host(raw, src.data(), 200000); }),
+      0);
+  std::fill(src.begin(), src.end(), -1.f);  // the call has read the source: reusing it is safe
+  std::vector<float> back(src.size());
+  ts::backend::memory<ts::cuda>::copy_to_host(back.data(), raw, 200000);
+  EXPECT_EQ(back, want);
+  EXPECT_EQ(dev.to<ts::cpu>().to_vector(), want);
+  ts::backend::memory<ts::cuda>::deallocate(raw, 200000);
+
+  // Once the copies are done, their blocks serve the next ones: the pool does not grow.
+  ts::backend::memory<ts::cuda>::synchronize();
+  const size_t blocks = staging::instance().blocks();
+  for (int i = 0; i < 5; ++i) {
+    (void)host.to<ts::cuda>();
+    ts::backend::memory<ts::cuda>::synchronize();
+  }
+  EXPECT_EQ(staging::instance().blocks(), blocks);
+}
+
+TEST_F(Cuda, UploadsInFlightStayWithinThePoolAndLargeOnesWait) {
+  using staging = ts::detail::cuda_upload_staging;
+  ts::backend::memory<ts::cuda>::synchronize();
+  // 200 uploads of 1 MiB without a read in between: 200 MiB in flight would be 3 pools.
+  constexpr int copies = 200;
+  constexpr int64_t n = (int64_t{1} << 20) / 4;
+  std::vector<ts::Tensor<float, ts::cuda>> dev;
+  std::vector<float> src(static_cast<size_t>(n));
+  const int64_t waits = waits_during([&] {
+    for (int i = 0; i < copies; ++i) {
+      for (int64_t e = 0; e < n; e += 997) src[static_cast<size_t>(e)] = static_cast<float>(i + e);
+      dev.push_back(ts::from_vector(src, {n}).to<ts::cuda>());
+    }
+  });
+  EXPECT_LE(staging::instance().held_bytes(), staging::pool_bytes);
+  // A full pool waits once and then has every block free again; on a GPU the early copies may
+  // well be done before the pool fills. The emulation keeps every copy pending until a wait.
+  EXPECT_LE(waits, copies / 32);
+#if defined(TESSERA_CUDA_HOST_EMULATION)
+  EXPECT_GE(waits, 1);
+#endif
+  for (int i = 0; i < copies; ++i) {
+    const std::vector<float> got = dev[static_cast<size_t>(i)].to<ts::cpu>().to_vector();
+    for (int64_t e = 0; e < n; e += 997)
+      ASSERT_EQ(got[static_cast<size_t>(e)], static_cast<float>(i + e)) << "copy " << i;
+  }
+
+  // Beyond max_copy_bytes a copy goes straight from the source and waits.
+  const int64_t big = static_cast<int64_t>(staging::max_copy_bytes / 4) + 1000;
+  std::vector<float> large(static_cast<size_t>(big));
+  for (size_t i = 0; i < large.size(); ++i) large[i] = static_cast<float>(i % 4099);
+  const ts::Tensor<float> large_host = ts::from_vector(large, {big});
+  ts::Tensor<float, ts::cuda> large_dev;
+  EXPECT_EQ(waits_during([&] { large_dev = large_host.to<ts::cuda>(); }), 1);
+  EXPECT_EQ(large_dev.to<ts::cpu>().to_vector(), large);
+}
+
 TYPED_TEST(CudaTyped, RoundTripKeepsBits) {
   using T = TypeParam;
   for (const ts::Shape& s : {ts::Shape{}, ts::Shape{0}, ts::Shape{1, 0, 3}, ts::Shape{1},

@@ -53,6 +53,7 @@
 
 #include <ucontext.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -116,6 +117,7 @@ enum cudaError {
   cudaErrorInvalidConfiguration = 9,
   cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
+  cudaErrorNotReady = 600,
   cudaErrorLaunchFailure = 719,
 };
 typedef enum cudaError cudaError_t;
@@ -592,6 +594,8 @@ inline const char* cudaGetErrorName(cudaError_t e) {
       return "cudaErrorNoDevice";
     case cudaErrorInvalidDevice:
       return "cudaErrorInvalidDevice";
+    case cudaErrorNotReady:
+      return "cudaErrorNotReady";
     case cudaErrorLaunchFailure:
       return "cudaErrorLaunchFailure";
   }
@@ -611,6 +615,8 @@ inline const char* cudaGetErrorString(cudaError_t e) {
       return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevice:
       return "invalid device ordinal";
+    case cudaErrorNotReady:
+      return "device not ready";
     case cudaErrorLaunchFailure:
       return "unspecified launch failure";
   }
@@ -666,8 +672,45 @@ cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute attr, int value) {
   tessera_cuda_emulation::dynamic_smem_limit(reinterpret_cast<const void*>(kernel), &bytes);
   return cudaSuccess;
 }
-inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+// Events. Work runs at its call here, but an event reports "not ready" until the next
+// synchronization after it was recorded, as it would while the device is still busy: code that
+// keeps resources alive until their event completes is tested on that path.
+namespace tessera_cuda_emulation {
+inline std::atomic<uint64_t> sync_epoch{1};
+}  // namespace tessera_cuda_emulation
+struct CUevent_st {
+  uint64_t recorded_epoch = 0;  // 0: never recorded (complete)
+};
+typedef struct CUevent_st* cudaEvent_t;
+enum { cudaEventDefault = 0, cudaEventBlockingSync = 1, cudaEventDisableTiming = 2 };
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) {
+  *e = new CUevent_st;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) {
+  if (!e) return tessera_cuda_emulation::record(cudaErrorInvalidValue);
+  e->recorded_epoch = tessera_cuda_emulation::sync_epoch.load();
+  return cudaSuccess;
+}
+/// Not ready until a synchronization; like the runtime, "not ready" is left in the error slot
+/// (callers clear it).
+inline cudaError_t cudaEventQuery(cudaEvent_t e) {
+  if (!e) return tessera_cuda_emulation::record(cudaErrorInvalidValue);
+  return e->recorded_epoch == tessera_cuda_emulation::sync_epoch.load()
+             ? tessera_cuda_emulation::record(cudaErrorNotReady)
+             : cudaSuccess;
+}
+inline cudaError_t cudaDeviceSynchronize() {
+  ++tessera_cuda_emulation::sync_epoch;
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaDeviceSynchronize(); }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaDeviceSynchronize(); }
 
 inline cudaError_t cudaMalloc(void** p, size_t bytes) {
   auto& m = tessera_cuda_emulation::device_memory::get();

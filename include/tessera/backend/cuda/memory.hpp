@@ -13,6 +13,7 @@
 #include "../tags.hpp"
 #include "error.hpp"
 #include "launch.hpp"
+#include "upload_staging.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 namespace detail {
@@ -163,9 +164,10 @@ inline size_t cuda_cached_bytes() { return detail::device_block_cache::instance(
 namespace backend {
 
 /// Device memory: allocations come from the caching allocator on the current device; copies
-/// are issued on cuda_stream(). Copies to the host, and from it, return when the data has
-/// arrived (so the host buffer may be reused or read at once); device-to-device copies are
-/// asynchronous like kernels.
+/// are issued on cuda_stream(). Copies to the host return when the data has arrived. Copies from
+/// the host return with the source read (its buffer may be reused at once) but without waiting
+/// for the stream, staged through pinned blocks (cuda_upload_staging; beyond 16 MiB they wait).
+/// Device-to-device copies are asynchronous like kernels.
 template <>
 struct memory<cuda> {
   static constexpr bool host_accessible = false;
@@ -177,7 +179,9 @@ struct memory<cuda> {
   }
   static void copy_from_host(void* dst, const void* src, size_t bytes) {
     if (!bytes) return;
-    // Waiting makes the call safe for pinned sources too, which the copy would read later.
+    if (detail::cuda_upload_staging::instance().upload(dst, src, bytes)) return;
+    // Too large to stage: waiting makes the copy safe for pinned sources too, which the DMA would
+    // read after the call.
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_stream()));
     detail::cuda_wait_stream();
   }
