@@ -220,11 +220,12 @@ TEST_F(CudaTrain, AStepNeverWaitsForTheDevice) {
                                  nn::ReLU<float, B>(), nn::MaxPool2d<float, B>(2),
                                  nn::Flatten<float, B>(), nn::Linear<float, B>(4 * 3 * 3, 5)};
   ts::Generator gen(10);
-  const auto x = ts::randn<float, ts::cpu>({6, 1, 6, 6}, gen).to<B>();
-  const auto y = ts::randint<int64_t, ts::cpu>(0, 5, {6}, gen).to<B>();
+  // The batch lives on the host and is uploaded every step, as in a training loop.
+  const auto x = ts::randn<float, ts::cpu>({6, 1, 6, 6}, gen);
+  const auto y = ts::randint<int64_t, ts::cpu>(0, 5, {6}, gen);
   ts::optim::SGD opt(model.parameters(), {.lr = 0.1, .momentum = 0.9});
   const auto step = [&] {
-    auto loss = nn::cross_entropy(model(ts::Variable<float, B>(x)), y);
+    auto loss = nn::cross_entropy(model(ts::Variable<float, B>(x.to<B>())), y.to<B>());
     opt.zero_grad();
     loss.backward();
     opt.step();
