@@ -24,3 +24,4 @@
 #include "backend/cuda/optim.cuh"
 #include "backend/cuda/pool.cuh"
 #include "backend/cuda/reduce.cuh"
+#include "backend/cuda/streams.hpp"

@@ -3,6 +3,7 @@
 // .to<cpu>()). Every test skips, with a message, when no CUDA device is visible, so the suite
 // builds and passes on GPU-less machines. Reductions are in test_cuda_reduce.cu.
 #include <sstream>
+#include <thread>
 
 #include "cuda_test_util.cuh"
 
@@ -171,6 +172,126 @@ TEST_F(Cuda, UploadsInFlightStayWithinThePoolAndLargeOnesWait) {
   ts::Tensor<float, ts::cuda> large_dev;
   EXPECT_EQ(waits_during([&] { large_dev = large_host.to<ts::cuda>(); }), 1);
   EXPECT_EQ(large_dev.to<ts::cpu>().to_vector(), large);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streams.
+
+/// A non-blocking stream of the test's own, destroyed at scope exit (after a device wait).
+struct scoped_stream {
+  cudaStream_t s = nullptr;
+  scoped_stream() { EXPECT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess); }
+  ~scoped_stream() {
+    ts::backend::memory<ts::cuda>::synchronize();
+    (void)cudaStreamDestroy(s);
+  }
+};
+
+TEST_F(Cuda, StreamGuardSetsTheCallingThreadsStream) {
+  const scoped_stream a, b;
+  EXPECT_EQ(ts::cuda_stream(), cudaStreamLegacy);
+  {
+    const ts::cuda_stream_guard ga(a.s);
+    EXPECT_EQ(ts::cuda_stream(), a.s);
+    {
+      const ts::cuda_stream_guard gb(b.s);
+      EXPECT_EQ(ts::cuda_stream(), b.s);
+    }
+    EXPECT_EQ(ts::cuda_stream(), a.s);
+    cudaStream_t other = nullptr;  // another thread keeps its own current stream
+    std::thread([&] { other = ts::cuda_stream(); }).join();
+    EXPECT_EQ(other, cudaStreamLegacy);
+  }
+  EXPECT_EQ(ts::cuda_stream(), cudaStreamLegacy);
+}
+
+TEST_F(Cuda, OpsRunOnTheCurrentStream) {
+  const scoped_stream st;
+  ts::Generator gen(3);
+  const auto x = ts::randn<float, ts::cpu>({70, 33}, gen),
+             y = ts::randn<float, ts::cpu>({33, 20}, gen);
+  const auto want_map = (x * 2.f + 1.f).to_vector(), want_mm = ts::matmul(x, y).to_vector();
+  std::vector<float> got_map, got_mm, got_sum;
+  {
+    const ts::cuda_stream_guard g(st.s);
+    const auto xd = x.to<ts::cuda>(), yd = y.to<ts::cuda>();
+#if defined(TESSERA_CUDA_HOST_EMULATION)
+    EXPECT_EQ(tessera_cuda_emulation::last_stream, st.s) << "upload";
+#endif
+    const auto m = xd * 2.f + 1.f;
+#if defined(TESSERA_CUDA_HOST_EMULATION)
+    EXPECT_EQ(tessera_cuda_emulation::last_stream, st.s) << "map";
+#endif
+    const auto p = ts::matmul(xd, yd);
+#if defined(TESSERA_CUDA_HOST_EMULATION)
+    EXPECT_EQ(tessera_cuda_emulation::last_stream, st.s) << "matmul";
+#endif
+    const auto total = ts::sum(xd);
+#if defined(TESSERA_CUDA_HOST_EMULATION)
+    EXPECT_EQ(tessera_cuda_emulation::last_stream, st.s) << "sum";
+#endif
+    got_map = m.to_vector(), got_mm = p.to_vector(), got_sum = total.to_vector();  // waits on st
+  }
+  ASSERT_EQ(got_map.size(), want_map.size());
+  for (size_t i = 0; i < got_map.size(); ++i) EXPECT_NEAR(got_map[i], want_map[i], 1e-5) << i;
+  ASSERT_EQ(got_mm.size(), want_mm.size());
+  for (size_t i = 0; i < got_mm.size(); ++i) EXPECT_NEAR(got_mm[i], want_mm[i], 1e-4) << i;
+  EXPECT_NEAR(got_sum.at(0), ts::sum(x).item(), 1e-3);
+  // Back on the default stream.
+  (void)(x.to<ts::cuda>() + 1.f);
+#if defined(TESSERA_CUDA_HOST_EMULATION)
+  EXPECT_EQ(tessera_cuda_emulation::last_stream, cudaStreamLegacy);
+#endif
+}
+
+TEST_F(Cuda, AllocatorKeepsBlocksPerStream) {
+  using M = ts::backend::memory<ts::cuda>;
+  const scoped_stream st;
+  M::synchronize();
+  void* on_default = M::allocate(12345);
+  M::deallocate(on_default, 12345);
+  void* on_stream = nullptr;
+  {
+    const ts::cuda_stream_guard g(st.s);
+    on_stream = M::allocate(12345);  // the default stream's free block is not handed over
+    EXPECT_NE(on_stream, on_default);
+  }
+  M::deallocate(on_stream, 12345);  // back to its own stream's list, whoever frees it
+  void* again = M::allocate(12345);
+  EXPECT_EQ(again, on_default);
+  {
+    const ts::cuda_stream_guard g(st.s);
+    void* again_on_stream = M::allocate(12345);
+    EXPECT_EQ(again_on_stream, on_stream);
+    M::deallocate(again_on_stream, 12345);
+  }
+  M::deallocate(again, 12345);
+}
+
+TEST_F(Cuda, RecordedBlocksWaitForTheOtherStream) {
+  auto& cache = ts::detail::device_block_cache::instance();
+  const scoped_stream st;
+  ts::backend::memory<ts::cuda>::synchronize();
+  auto t = ts::zeros<float, ts::cuda>({3000});
+  void* const block = t.storage()->ptr;
+  {
+    const ts::cuda_stream_guard g(st.s);
+    const auto u = t * 3.f;  // the other stream reads t
+    ts::cuda_record_stream(t, st.s);
+  }
+  const size_t waiting = cache.waiting_blocks();
+  t = {};  // freed: an event on st guards its reuse
+  EXPECT_EQ(cache.waiting_blocks(), waiting + 1);
+  ts::Tensor<float, ts::cuda> v;  // kept alive, so that its block is not the one reused below
+#if defined(TESSERA_CUDA_HOST_EMULATION)
+  // The emulated event is pending until a wait: the block is not reused yet.
+  v = ts::zeros<float, ts::cuda>({3000});
+  EXPECT_NE(v.storage()->ptr, block);
+#endif
+  ts::backend::memory<ts::cuda>::synchronize();
+  const auto w = ts::zeros<float, ts::cuda>({3000});  // st's work done: the block is back
+  EXPECT_EQ(w.storage()->ptr, block);
+  EXPECT_EQ(cache.waiting_blocks(), waiting);
 }
 
 TYPED_TEST(CudaTyped, RoundTripKeepsBits) {

@@ -144,6 +144,45 @@ TEST_F(CudaLoss, BadLabelsThrowAtTheNextWait) {
   EXPECT_THROW(ts::cross_entropy(x, ts::zeros<int64_t, ts::cuda>({2})), ts::shape_error);
 }
 
+// A check armed on one stream is settled by a wait for that stream (or the device), not by a
+// wait for another stream, whose work may be done while the check's kernel is still queued.
+TEST_F(CudaLoss, BadLabelsAreReportedByAWaitForTheirStream) {
+  const auto x = ts::zeros<float, ts::cuda>({3, 4});
+  auto l = ts::zeros<int64_t, ts::cpu>({3});
+  (void)ts::cross_entropy(x, l.to<ts::cuda>()).item();  // builds what the op keeps (a wait)
+  l.data()[2] = 7;
+  const auto bad = l.to<ts::cuda>();
+  ts::backend::memory<ts::cuda>::synchronize();  // x and the labels are ready for any stream
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  auto& checks = ts::detail::cuda_deferred_checks::instance();
+  ts::Tensor<float, ts::cuda> loss;
+  {
+    const ts::cuda_stream_guard g(s);
+    loss = ts::cross_entropy(x, bad);
+  }
+  EXPECT_EQ(checks.armed(), 1u);
+  const auto other = ts::zeros<float, ts::cuda>({2});
+  EXPECT_NO_THROW((void)other.to_vector());  // a wait for the default stream
+  EXPECT_EQ(checks.armed(), 1u) << "a wait for another stream settled the check";
+  {
+    const ts::cuda_stream_guard g(s);
+    try {
+      (void)loss.item();
+      ADD_FAILURE() << "no error for label 7 of 4 classes";
+    } catch (const ts::index_error& e) {
+      EXPECT_NE(std::string(e.what()).find("label 7 of sample 2"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(checks.armed(), 0u);
+    loss = ts::cross_entropy(x, bad);
+  }
+  // A device-wide wait settles the checks of every stream.
+  EXPECT_THROW(ts::backend::memory<ts::cuda>::synchronize(), ts::index_error);
+  EXPECT_EQ(checks.armed(), 0u);
+  ts::backend::memory<ts::cuda>::synchronize();
+  EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+}
+
 // Many losses between two waits (more than the 64 armed checks' slots): the check waits to free
 // them, and a bad label among them is still reported.
 TEST_F(CudaLoss, ManyChecksBetweenWaits) {

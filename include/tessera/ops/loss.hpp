@@ -158,10 +158,10 @@ void cross_entropy_rows(const Tensor<T, B>& logits, const Tensor<int64_t, B>& la
 // ---- the composed path (backends the host cannot read) -----------------------------------------
 
 /// Column numbers 0 .. c - 1 as a [1, c] tensor of backend B (read-only: callers share it).
-/// Built once per class count and kept for the process: a copy from the host makes a device
-/// backend wait, which a training step would otherwise do twice (forward and backward). The
-/// cache is never destroyed (device memory must not be freed after the runtime has shut down
-/// at exit) and assumes one device per process, as the CUDA GEMM's kernel choices do.
+/// Built once per class count and kept for the process (a copy from the host twice a training
+/// step otherwise); the first build waits for the device once, so that ops on any stream may
+/// read it. The cache is never destroyed (device memory must not be freed after the runtime has
+/// shut down at exit) and assumes one device per process, as the CUDA GEMM's kernel choices do.
 template <class B>
 Tensor<int64_t, B> class_columns(int64_t c) {
   static std::mutex mu;
@@ -172,6 +172,7 @@ Tensor<int64_t, B> class_columns(int64_t c) {
     Tensor<int64_t, cpu> j(Shape{1, c});
     for (int64_t i = 0; i < c; ++i) j.data()[i] = i;
     it = cache->emplace(c, j.template to<B>()).first;
+    backend::memory<B>::synchronize();
   }
   return it->second;
 }

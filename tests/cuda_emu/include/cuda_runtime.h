@@ -135,7 +135,9 @@ enum cudaDeviceAttr {
   cudaDevAttrMultiProcessorCount = 16,
 };
 
-struct CUstream_st;
+struct CUstream_st {
+  unsigned int flags = 0;
+};
 typedef struct CUstream_st* cudaStream_t;
 #define cudaStreamLegacy ((cudaStream_t)0x1)
 #define cudaStreamPerThread ((cudaStream_t)0x2)
@@ -350,8 +352,14 @@ inline const bool skip_kernels = std::getenv("TESSERA_CUDA_EMU_SKIP_KERNELS") !=
 /// Runs body (the kernel call) for every thread of grid x block, blocks in order, and records
 /// launch errors in the host thread's error slot like the runtime. `kernel` identifies the kernel
 /// for its dynamic shared memory limit.
+/// The stream of the calling host thread's last launch, copy or memset (tests check which stream
+/// an op used; work itself runs at once whatever the stream).
+inline thread_local cudaStream_t last_stream = nullptr;
+
 inline void launch(const char* what, dim3 grid, dim3 block, const std::function<void()>& body,
-                   size_t smem_bytes = 0, const void* kernel = nullptr) {
+                   size_t smem_bytes = 0, const void* kernel = nullptr,
+                   cudaStream_t stream = nullptr) {
+  last_stream = stream;
   if (running) {
     std::fprintf(stderr, "tessera cuda emulation: %s launched from device code\n", what);
     std::abort();
@@ -711,6 +719,23 @@ inline cudaError_t cudaDeviceSynchronize() {
 }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaDeviceSynchronize(); }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaDeviceSynchronize(); }
+// Streams: distinct handles, all running their work at once (in call order).
+enum { cudaStreamDefault = 0, cudaStreamNonBlocking = 1 };
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int flags) {
+  *s = new CUstream_st{flags};
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, 0); }
+inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  if (!s || s == cudaStreamLegacy || s == cudaStreamPerThread)
+    return tessera_cuda_emulation::record(cudaErrorInvalidValue);
+  delete s;
+  return cudaSuccess;
+}
+/// Work already ran, so the wait is satisfied at once.
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned int = 0) {
+  return e ? cudaSuccess : tessera_cuda_emulation::record(cudaErrorInvalidValue);
+}
 
 inline cudaError_t cudaMalloc(void** p, size_t bytes) {
   auto& m = tessera_cuda_emulation::device_memory::get();
@@ -783,13 +808,16 @@ inline cudaError_t cudaFreeHost(void* p) {
   return cudaSuccess;
 }
 
-inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t = nullptr) {
+inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes,
+                                   cudaStream_t stream = nullptr) {
+  tessera_cuda_emulation::last_stream = stream;
   if (!tessera_cuda_emulation::device_memory::get().holds(dst, bytes))
     return tessera_cuda_emulation::record(cudaErrorInvalidValue);
   if (bytes) std::memset(dst, value, bytes);
   return cudaSuccess;
 }
 inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
-                                   cudaStream_t = nullptr) {
+                                   cudaStream_t stream = nullptr) {
+  tessera_cuda_emulation::last_stream = stream;
   return cudaMemcpy(dst, src, bytes, kind);
 }

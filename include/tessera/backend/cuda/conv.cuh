@@ -253,7 +253,9 @@ void cuda_conv_launch(const char* what, void (*kernel)(P...), int64_t items, A&&
 /// for the process: a table depends only on the geometry, and building it is a launch, three per
 /// training step of a two-convolution CNN. Blocks come from the caching allocator and are never
 /// returned (like the losses' column numbers); past `capacity` geometries a table is built per
-/// call into scratch that dies with it (`scratch`).
+/// call into scratch that dies with it (`scratch`). A table is built on the stream current at its
+/// first use; an event recorded behind the build makes any other stream that uses it wait for it
+/// on the device (cudaStreamWaitEvent: no host wait).
 class cuda_conv_tap_tables {
  public:
   static constexpr size_t capacity = 1024;
@@ -268,8 +270,13 @@ class cuda_conv_tap_tables {
   const cuda_conv_tap* get(const conv_geometry& g, int64_t chunk,
                            std::optional<cuda_scratch>& scratch) {
     const key k{cuda_current_device(), g.cg(), g.h, g.w, g.r, g.s, g.dil_h, g.dil_w, chunk};
+    const cudaStream_t stream = cuda_stream();
     std::lock_guard lock(mu_);
-    if (const auto it = tables_.find(k); it != tables_.end()) return it->second;
+    if (const auto it = tables_.find(k); it != tables_.end()) {
+      if (it->second.built_on != stream)
+        TESSERA_CUDA_CHECK(cudaStreamWaitEvent(stream, it->second.built, 0));
+      return it->second.table;
+    }
     const int64_t rows = g.cg() * g.r * g.s, entries = chunk ? rows / chunk : rows;
     const size_t bytes = static_cast<size_t>(entries) * sizeof(cuda_conv_tap);
     cuda_conv_tap* table = nullptr;
@@ -284,14 +291,24 @@ class cuda_conv_tap_tables {
                        chunk, table);
     else
       cuda_conv_launch("cuda_conv_taps", cuda_conv_taps<cuda_conv_tap>, entries, g, table);
-    if (!scratch) tables_.emplace(k, table);
+    if (!scratch) {
+      cudaEvent_t built = nullptr;
+      TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&built, cudaEventDisableTiming));
+      TESSERA_CUDA_CHECK(cudaEventRecord(built, stream));
+      tables_.emplace(k, entry{table, stream, built});
+    }
     return table;
   }
 
  private:
   using key = std::array<int64_t, 9>;
+  struct entry {
+    const cuda_conv_tap* table;
+    cudaStream_t built_on;
+    cudaEvent_t built;  // recorded after the build on built_on
+  };
   std::mutex mu_;
-  std::map<key, const cuda_conv_tap*> tables_;
+  std::map<key, entry> tables_;
 };
 
 }  // namespace detail

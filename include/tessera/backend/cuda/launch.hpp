@@ -12,11 +12,36 @@
 
 TESSERA_BEGIN_NAMESPACE
 
-/// The stream all tessera CUDA kernels and copies are issued on: the legacy default stream,
-/// named explicitly so that compiling with `--default-stream per-thread` does not change it.
-/// Work from every host thread is therefore ordered, which is what lets the caching allocator
-/// hand a freed block to the next op without waiting for the device.
-inline cudaStream_t cuda_stream() { return cudaStreamLegacy; }
+namespace detail {
+/// The calling thread's current stream (see cuda_stream).
+inline cudaStream_t& cuda_stream_slot() {
+  thread_local cudaStream_t current = cudaStreamLegacy;
+  return current;
+}
+}  // namespace detail
+
+/// The stream tessera's CUDA kernels and copies issued from this thread run on: the legacy
+/// default stream unless a cuda_stream_guard names another. The default is named explicitly
+/// (cudaStreamLegacy), so compiling with `--default-stream per-thread` does not change it, and
+/// work from every host thread is ordered on it. Ops run on the current stream of the thread that
+/// calls them (LibTorch's model: see docs/cuda.md, "Streams and synchronization").
+inline cudaStream_t cuda_stream() { return detail::cuda_stream_slot(); }
+
+/// Makes `stream` the calling thread's current stream (cuda_stream) for its lifetime; the
+/// previous one comes back at destruction. Guards nest. The stream must outlive the guard and the
+/// work issued under it; tessera neither creates nor destroys streams.
+class cuda_stream_guard {
+ public:
+  explicit cuda_stream_guard(cudaStream_t stream) : previous_(detail::cuda_stream_slot()) {
+    detail::cuda_stream_slot() = stream;
+  }
+  ~cuda_stream_guard() { detail::cuda_stream_slot() = previous_; }
+  cuda_stream_guard(const cuda_stream_guard&) = delete;
+  cuda_stream_guard& operator=(const cuda_stream_guard&) = delete;
+
+ private:
+  cudaStream_t previous_;
+};
 
 /// What tessera has asked of CUDA devices in this process: kernels launched, and the times the
 /// host waited for the stream (every copy to or from the host, and synchronize). A wait in the
@@ -37,16 +62,26 @@ inline cuda_activity_counters& cuda_counters() {
   return c;
 }
 /// Waits for everything issued on cuda_stream() (reporting a fault any of it raised), counts the
-/// wait, and settles the deferred checks (throwing for a bad value one of them found).
+/// wait, and settles the deferred checks armed on that stream (throwing for a bad value one of
+/// them found).
 inline void cuda_wait_stream() {
   cuda_counters().host_waits.fetch_add(1, std::memory_order_relaxed);
-  TESSERA_CUDA_CHECK(cudaStreamSynchronize(cuda_stream()));
-  cuda_deferred_checks::instance().settle();
+  const cudaStream_t stream = cuda_stream();
+  TESSERA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cuda_deferred_checks::instance().settle(stream);
 }
-/// A flag word for one kernel to set when a check of its input fails; on_fault runs (and
-/// throws) at the next wait if it was set. See deferred_check.hpp.
+/// Waits for everything issued on the current device, on every stream, counts the wait, and
+/// settles every deferred check.
+inline void cuda_wait_device() {
+  cuda_counters().host_waits.fetch_add(1, std::memory_order_relaxed);
+  TESSERA_CUDA_CHECK(cudaDeviceSynchronize());
+  cuda_deferred_checks::instance().settle_all();
+}
+/// A flag word for one kernel on cuda_stream() to set when a check of its input fails; on_fault
+/// runs (and throws) at the next wait for that stream if it was set. See deferred_check.hpp.
 inline int* cuda_arm_check(std::function<void()> on_fault) {
-  return cuda_deferred_checks::instance().arm(std::move(on_fault), &cuda_wait_stream);
+  return cuda_deferred_checks::instance().arm(std::move(on_fault), cuda_stream(),
+                                              &cuda_wait_device);
 }
 }  // namespace detail
 
@@ -101,7 +136,7 @@ void cuda_launch_smem(const char* what, void (*kernel)(P...), dim3 grid, dim3 bl
 #if defined(TESSERA_CUDA_HOST_EMULATION)
   tessera_cuda_emulation::launch(
       what, grid, block, [&] { kernel(args...); }, smem_bytes,
-      reinterpret_cast<const void*>(kernel));
+      reinterpret_cast<const void*>(kernel), cuda_stream());
 #else
   // clang-format reads a .hpp as C++, where >>> is not one token:
   // clang-format off

@@ -4,11 +4,15 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "../tags.hpp"
 #include "error.hpp"
@@ -18,12 +22,14 @@
 TESSERA_BEGIN_NAMESPACE
 namespace detail {
 
-/// Keeps freed device blocks in per-device free lists keyed by rounded size, so the hot path
-/// (an op allocating its output, a temporary dying) never calls cudaMalloc or cudaFree: both
-/// are slow and cudaFree synchronizes the whole device. Reusing a block right away is safe
-/// because every op is issued on the one stream cuda_stream() (work on a freed block finishes
-/// before work on its next owner starts). Cached blocks go back to the driver on
-/// empty_cuda_cache(), or when cudaMalloc runs out of memory.
+/// Keeps freed device blocks in free lists per device and stream, keyed by rounded size, so the
+/// hot path (an op allocating its output, a temporary dying) never calls cudaMalloc or cudaFree:
+/// both are slow and cudaFree synchronizes the whole device. A block belongs to the stream that
+/// was current when it was allocated (cuda_stream), and only that stream's allocations reuse it:
+/// reusing a block right away is safe because work on the freed block was issued on that stream,
+/// ahead of its next owner's. A block also used on other streams (record_stream) waits, when
+/// freed, for events recorded on those streams before it is reused. Cached blocks go back to the
+/// driver on empty_cuda_cache(), or when cudaMalloc runs out of memory.
 class device_block_cache {
  public:
   static constexpr size_t granule = 512;            // small sizes round to this
@@ -38,14 +44,16 @@ class device_block_cache {
   void* allocate(size_t bytes) {
     const size_t rounded = round_up(bytes == 0 ? 1 : bytes);
     const int dev = cuda_current_device();
+    const cudaStream_t stream = cuda_stream();
     {
       std::lock_guard lock(mu_);
-      auto it = free_.find({dev, rounded});
+      reclaim_recorded();
+      auto it = free_.find(key{dev, stream_id(stream), rounded});
       if (it != free_.end()) {
         void* p = it->second;
         free_.erase(it);
         cached_ -= rounded;
-        live_.emplace(p, block{dev, rounded});
+        live_.emplace(p, block{dev, rounded, stream, {}});
         return p;
       }
     }
@@ -66,43 +74,87 @@ class device_block_cache {
                           " bytes free)");
     }
     std::lock_guard lock(mu_);
-    live_.emplace(p, block{dev, rounded});
+    live_.emplace(p, block{dev, rounded, stream, {}});
     return p;
   }
 
-  /// Returns a block to its device's free list. Never calls CUDA (it runs in destructors,
-  /// possibly after the runtime has shut down) and never throws.
+  /// Returns a block to its stream's free list. Never throws, and calls CUDA only for a block
+  /// recorded on other streams (to record events on them; it runs in destructors, possibly after
+  /// the runtime has shut down, when such a block is dropped instead).
   void deallocate(void* p, size_t) noexcept {
     if (!p) return;
     std::lock_guard lock(mu_);
     auto it = live_.find(p);
     if (it == live_.end()) return;  // not ours: nothing sensible to do in a destructor
-    const block b = it->second;
+    block b = std::move(it->second);
     live_.erase(it);
-    free_.emplace(std::pair{b.device, b.bytes}, p);
-    cached_ += b.bytes;
+    if (b.uses.empty()) {
+      free_.emplace(key{b.device, stream_id(b.stream), b.bytes}, p);
+      cached_ += b.bytes;
+      return;
+    }
+    recorded r{p, b, {}};
+    for (cudaStream_t s : b.uses) {
+      cudaEvent_t ev = nullptr;
+      if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess ||
+          cudaEventRecord(ev, s) != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (ev) (void)cudaEventDestroy(ev);
+        for (cudaEvent_t done : r.events) (void)cudaEventDestroy(done);
+        return;  // the runtime is gone (or the stream): the block is not reused
+      }
+      r.events.push_back(ev);
+    }
+    r.b.uses.clear();
+    recorded_.push_back(std::move(r));
   }
 
-  /// cudaFree's every cached block of `device` (all devices when device < 0).
+  /// Marks the block at `p` (as allocate returned it) as used by work on `stream` too: when it is
+  /// freed it is reused only after that work (see cuda_record_stream). No-op for the block's own
+  /// stream and for pointers this cache does not own.
+  void record_stream(void* p, cudaStream_t stream) {
+    std::lock_guard lock(mu_);
+    auto it = live_.find(p);
+    if (it == live_.end() || it->second.stream == stream) return;
+    auto& uses = it->second.uses;
+    if (std::find(uses.begin(), uses.end(), stream) == uses.end()) uses.push_back(stream);
+  }
+
+  /// cudaFree's every cached block of `device` (all devices when device < 0), after waiting for
+  /// the events of freed blocks recorded on other streams.
   void release(int device = -1) {
     std::lock_guard lock(mu_);
-    if (free_.empty()) return;  // also keeps empty_cuda_cache() harmless on a machine without GPU
+    if (free_.empty() && recorded_.empty()) return;  // harmless on a machine without GPU
     int prev = -1;
     TESSERA_CUDA_CHECK(cudaGetDevice(&prev));
-    for (auto it = free_.begin(); it != free_.end();) {
-      if (device >= 0 && it->first.first != device) {
+    for (auto it = recorded_.begin(); it != recorded_.end();) {
+      if (device >= 0 && it->b.device != device) {
         ++it;
         continue;
       }
-      TESSERA_CUDA_CHECK(cudaSetDevice(it->first.first));
+      for (cudaEvent_t ev : it->events) {
+        TESSERA_CUDA_CHECK(cudaEventSynchronize(ev));
+        TESSERA_CUDA_CHECK(cudaEventDestroy(ev));
+      }
+      free_.emplace(key{it->b.device, stream_id(it->b.stream), it->b.bytes}, it->p);
+      cached_ += it->b.bytes;
+      it = recorded_.erase(it);
+    }
+    for (auto it = free_.begin(); it != free_.end();) {
+      if (device >= 0 && std::get<0>(it->first) != device) {
+        ++it;
+        continue;
+      }
+      TESSERA_CUDA_CHECK(cudaSetDevice(std::get<0>(it->first)));
       TESSERA_CUDA_CHECK(cudaFree(it->second));
-      cached_ -= it->first.second;
+      cached_ -= std::get<2>(it->first);
       it = free_.erase(it);
     }
     TESSERA_CUDA_CHECK(cudaSetDevice(prev));
   }
 
-  /// Bytes held in free lists (not counting blocks in use).
+  /// Bytes held in free lists (not counting blocks in use, or freed ones waiting for another
+  /// stream's work).
   size_t cached_bytes() {
     std::lock_guard lock(mu_);
     return cached_;
@@ -114,12 +166,50 @@ class device_block_cache {
     for (const auto& kv : live_) n += kv.second.bytes;
     return n;
   }
+  /// Freed blocks waiting for work on streams they were recorded on.
+  size_t waiting_blocks() {
+    std::lock_guard lock(mu_);
+    return recorded_.size();
+  }
 
  private:
   struct block {
     int device;
     size_t bytes;
+    cudaStream_t stream;             // current when allocated: its free list
+    std::vector<cudaStream_t> uses;  // other streams that used it (record_stream)
   };
+  /// A freed block that other streams used: reused once every event has completed.
+  struct recorded {
+    void* p;
+    block b;
+    std::vector<cudaEvent_t> events;
+  };
+  using key = std::tuple<int, uintptr_t, size_t>;  // device, stream, rounded size
+  static uintptr_t stream_id(cudaStream_t s) { return reinterpret_cast<uintptr_t>(s); }
+
+  /// Moves recorded blocks whose events have all completed to their free lists (under mu_).
+  void reclaim_recorded() {
+    for (auto it = recorded_.begin(); it != recorded_.end();) {
+      bool done = true;
+      for (cudaEvent_t ev : it->events) {
+        const cudaError_t e = cudaEventQuery(ev);
+        if (e == cudaSuccess) continue;
+        (void)cudaGetLastError();  // "not ready" is a state; a fault shows at the next wait
+        done = false;
+        break;
+      }
+      if (!done) {
+        ++it;
+        continue;
+      }
+      for (cudaEvent_t ev : it->events) (void)cudaEventDestroy(ev);
+      free_.emplace(key{it->b.device, stream_id(it->b.stream), it->b.bytes}, it->p);
+      cached_ += it->b.bytes;
+      it = recorded_.erase(it);
+    }
+  }
+
   // Small sizes round to 512 bytes; large ones to 1/8 of their power of two, so a block serves
   // sizes within 12.5% of each other and never wastes more than that.
   static size_t round_up(size_t n) {
@@ -131,8 +221,9 @@ class device_block_cache {
   }
 
   std::mutex mu_;
-  std::multimap<std::pair<int, size_t>, void*> free_;
+  std::multimap<key, void*> free_;
   std::unordered_map<void*, block> live_;
+  std::vector<recorded> recorded_;
   size_t cached_ = 0;
 };
 
@@ -194,8 +285,9 @@ struct memory<cuda> {
     if (!bytes) return;
     TESSERA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream()));
   }
-  /// Waits for every op issued so far to finish (and reports a fault any of them raised).
-  static void synchronize() { detail::cuda_wait_stream(); }
+  /// Waits for every op issued so far, on every stream of the current device, to finish (and
+  /// reports a fault any of them raised).
+  static void synchronize() { detail::cuda_wait_device(); }
 };
 
 }  // namespace backend
