@@ -210,6 +210,44 @@ TEST_F(CudaTrain, AutogradMaxPoolingFollowsTheCpu) {
   expect_close(xd.grad().to<ts::cpu>(), xc.grad(), 0, 0, "autograd max_pool2d gradient");
 }
 
+// backward() of a loss seeds it with 1 from one shared device element instead of filling a new
+// one (a launch per step); the seed is never written, whatever the graph does with it.
+TEST_F(CudaTrain, TheDefaultSeedIsSharedAndNeverWritten) {
+  ts::Generator gen(4);
+  const auto x = ts::randn<float, ts::cpu>({5}, gen);
+  ts::Variable<float, ts::cuda> p(x.to<ts::cuda>(), true);
+  const auto loss_of = [&] { return ts::sum(p * p) + ts::sum(p); };
+  loss_of().backward();  // the first backward makes the shared element
+  p.zero_grad();
+  const auto one = ts::ones<float, ts::cuda>({});
+  auto given = loss_of();
+  int64_t before = ts::cuda_activity_counts().launches;
+  given.backward(one);
+  const int64_t with_given_seed = ts::cuda_activity_counts().launches - before;
+  auto seeded = loss_of();
+  before = ts::cuda_activity_counts().launches;
+  seeded.backward();
+  const int64_t with_default_seed = ts::cuda_activity_counts().launches - before;
+  EXPECT_EQ(with_default_seed, with_given_seed) << "the default seed launched a fill";
+  // Two backward passes accumulated 2 (2x + 1) into the leaf.
+  const auto want = (x * 4.f + 2.f).to_vector(), got = p.grad().to<ts::cpu>().to_vector();
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
+  // A one-element leaf as the root gets its own copy of the seed: writing it leaves the seed 1.
+  ts::Variable<float, ts::cuda> q(ts::full<float, ts::cuda>({1}, 3.f), true);
+  q.backward();
+  auto qg = q.grad();
+  qg += 5.f;
+  EXPECT_EQ(q.grad().item(), 6.f);
+  EXPECT_EQ((ts::autograd::detail::unit_seed<float, ts::cuda>(ts::Shape{}).item()), 1.f);
+  // And a loss whose gradient passes the seed through unchanged (an identity view) to a node
+  // that accumulates twice still leaves the seed alone.
+  ts::Variable<float, ts::cuda> r(ts::full<float, ts::cuda>({1, 1}, 2.f), true);
+  const auto v = ts::reshape(r, {1});
+  ts::sum(v + v).backward();
+  EXPECT_EQ(r.grad().to<ts::cpu>().to_vector(), std::vector<float>{2.f});
+  EXPECT_EQ((ts::autograd::detail::unit_seed<float, ts::cuda>(ts::Shape{}).item()), 1.f);
+}
+
 // A training step (convolution, max pooling, linear layers, cross-entropy, SGD) queues its work
 // without once waiting for the device: a wait halfway through would leave the device idle while
 // the host queues the rest. Labels are checked on the device; max pooling's backward gathers

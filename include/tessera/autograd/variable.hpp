@@ -240,7 +240,8 @@ Variable<T, B> record(Tensor<T, B> value, std::initializer_list<const Variable<T
   auto& n = *out.impl();
   n.requires_grad = true;
   n.inputs.reserve(inputs.size());
-  for (const auto* v : inputs) n.inputs.push_back(v->requires_grad() ? v->impl() : null_node<T, B>());
+  for (const auto* v : inputs)
+    n.inputs.push_back(v->requires_grad() ? v->impl() : null_node<T, B>());
   n.backward = std::forward<F>(backward);
   return out;
 }
@@ -281,6 +282,27 @@ std::vector<variable_node<T, B>*> topological_order(variable_node<T, B>* root) {
   return order;
 }
 
+/// The default seed of backward(), 1, shaped like a one-element root: a fresh `ones` where the
+/// host writes memory directly; on a device backend one shared element per type (filled once,
+/// then waited for, so that a backward on any stream may read it), because filling a new one is
+/// a kernel launch per training step. It is handed on as not owned, like a caller's seed, so
+/// no gradient is ever accumulated into it in place (a leaf root clones it). Kept for the process
+/// (device memory must not be freed after the runtime has shut down) and, like the losses' column
+/// numbers, for one device per process.
+template <class T, class B>
+Tensor<T, B> unit_seed(const Shape& shape) {
+  if constexpr (backend::memory<B>::host_accessible) {
+    return ones<T, B>(shape);
+  } else {
+    static const auto* one = [] {
+      auto* t = new Tensor<T, B>(ones<T, B>(Shape{}));
+      backend::memory<B>::synchronize();
+      return t;
+    }();
+    return one->reshape(shape.span());
+  }
+}
+
 }  // namespace detail
 
 template <element_type T, backend_tag B>
@@ -305,10 +327,11 @@ void Variable<T, B>::backward(const Tensor<T, B>& seed, bool retain_graph) const
     root.accumulate(seed, false);
   } else {
     if (root.value.numel() != 1)
-      tessera::detail::fail<shape_error>("backward",
-                                         "needs a seed gradient for a Variable of shape ",
-                                         root.value.shape(), " (only one-element ones default to 1)");
-    root.accumulate(ones<T, B>(root.value.shape()), true);
+      tessera::detail::fail<shape_error>(
+          "backward", "needs a seed gradient for a Variable of shape ", root.value.shape(),
+          " (only one-element ones default to 1)");
+    const bool shared = !backend::memory<B>::host_accessible;  // see unit_seed
+    root.accumulate(detail::unit_seed<T, B>(root.value.shape()), !shared);
   }
   // Reverse post-order: every consumer of a node runs its backward before the node's own.
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
