@@ -6,6 +6,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -72,6 +73,29 @@ void time_calls(benchmark::State& st, F&& f) {
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
+  std::sort(us.begin(), us.end());
+  st.counters["median_us"] = us.empty() ? 0.0 : us[us.size() / 2];
+}
+
+/// Times loops of `steps` back-to-back calls f(i) (i counting on across loops) by the wall clock,
+/// the device waited for at the end of each loop: host and device overlap as in a training loop,
+/// so a loop's time per call is its throughput, not one call's latency. One warm-up loop; sets
+/// median_us (per call) and the iteration time Google Benchmark reports.
+template <class F>
+void time_loop(benchmark::State& st, int steps, F&& f) {
+  int64_t i = 0;
+  for (int w = 0; w < steps; ++w) f(i++);
+  ts::backend::memory<ts::cuda>::synchronize();
+  std::vector<double> us;
+  for (auto _ : st) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int c = 0; c < steps; ++c) f(i++);
+    ts::backend::memory<ts::cuda>::synchronize();
+    const double per =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
+    st.SetIterationTime(per);
+    us.push_back(per * 1e6);
+  }
   std::sort(us.begin(), us.end());
   st.counters["median_us"] = us.empty() ? 0.0 : us[us.size() / 2];
 }

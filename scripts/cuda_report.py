@@ -139,6 +139,29 @@ def train_table(tessera, torch, out, verdicts):
             verdicts.append(("CNN step <= 0.5x PyTorch's time", ratio, TRAIN_TARGET))
 
 
+def loop_table(tessera, torch, out):
+    """The step in a training loop that uploads its batch from host memory (no target: it shows
+    what the host side and the uploads cost once host and device overlap)."""
+    rows = dict(tessera or {})
+    rows.update(torch or {})
+    if not any(n.startswith("train_loop/") for n in rows):
+        return
+    out.append("| training loop step (batch 64, uploaded each step) | tessera ms | PyTorch ms "
+               "(pageable) | PyTorch ms (pinned, non_blocking) | faster PyTorch / tessera "
+               "| tessera waits/step |")
+    out.append("|---|---:|---:|---:|---:|---:|")
+    for model in ("cnn", "mlp"):
+        row = rows.get(f"train_loop/{model}/tessera/64")
+        t = median(row)
+        p = median(rows.get(f"train_loop/{model}/torch/64"))
+        pp = median(rows.get(f"train_loop/{model}/torch_pinned/64"))
+        best = min((x for x in (p, pp) if x), default=None)
+        ratio = best / t if t and best else None
+        waits = row.get("waits/step") if row else None
+        out.append(f"| {model} | {fmt(t and t / 1e3, '.3f')} | {fmt(p and p / 1e3, '.3f')} | "
+                   f"{fmt(pp and pp / 1e3, '.3f')} | {fmt(ratio, '.2f')} | {fmt(waits, '.2f')} |")
+
+
 def plot(rows, path):
     try:
         import matplotlib
@@ -183,6 +206,8 @@ def main():
         out.append("")
     if train or torch:
         train_table(train, torch, out, verdicts)
+        out.append("")
+        loop_table(train, torch, out)
         out.append("")
     out.append("| acceptance target | measured | met |")
     out.append("|---|---:|---|")

@@ -688,6 +688,7 @@ inline std::atomic<uint64_t> sync_epoch{1};
 }  // namespace tessera_cuda_emulation
 struct CUevent_st {
   uint64_t recorded_epoch = 0;  // 0: never recorded (complete)
+  std::chrono::steady_clock::time_point at{};  // host time of the record (work ran before it)
 };
 typedef struct CUevent_st* cudaEvent_t;
 enum { cudaEventDefault = 0, cudaEventBlockingSync = 1, cudaEventDisableTiming = 2 };
@@ -703,6 +704,13 @@ inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) {
   if (!e) return tessera_cuda_emulation::record(cudaErrorInvalidValue);
   e->recorded_epoch = tessera_cuda_emulation::sync_epoch.load();
+  e->at = std::chrono::steady_clock::now();
+  return cudaSuccess;
+}
+/// Milliseconds between two records: host time, since emulated work runs at its call.
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t stop) {
+  if (!ms || !start || !stop) return tessera_cuda_emulation::record(cudaErrorInvalidValue);
+  *ms = std::chrono::duration<float, std::milli>(stop->at - start->at).count();
   return cudaSuccess;
 }
 /// Not ready until a synchronization; like the runtime, "not ready" is left in the error slot
