@@ -333,6 +333,38 @@ TEST_F(CudaConvOps, TapTablesAreBuiltOncePerGeometry) {
   expect_close(second.to<ts::cpu>(), ts::conv2d(x, w, o), 0, 0, "conv2d, table reused");
 }
 
+// The weight gradient of float and double convolutions as implicit GEMM: one launch per group
+// with k whole, two (product and reduction) with k split, none of them lowering the input or
+// regrouping dy; the same sums as the CPU's, exactly (small integers), on every case.
+template <class T>
+void expect_implicit_weight_gradients(const std::string& tag) {
+  uint64_t seed = 700;
+  for (const auto& c : conv_cases) {
+    const auto x = ints<T>(c.x, seed++), w = ints<T>(c.w, seed++);
+    const auto dy = ints<T>(ts::conv2d(x, w, c.o).shape(), seed++);
+    const auto want = ts::conv2d_backward_weight(dy, x, c.w, c.o);
+    const auto xd = x.template to<ts::cuda>(), dyd = dy.template to<ts::cuda>();
+    (void)ts::conv2d_backward_weight(dyd, xd, c.w, c.o);  // builds the tap table
+    for (const int parts : {1, 3}) {
+      const split_k_scope split(parts);
+      const std::string what = tag + c.name + (parts > 1 ? " (k in 3 parts)" : " (k whole)");
+      const int64_t before = ts::cuda_activity_counts().launches;
+      const auto got = ts::conv2d_backward_weight(dyd, xd, c.w, c.o);
+      const int64_t launches = ts::cuda_activity_counts().launches - before;
+      const int64_t pairs = c.x[0] * want.numel() == 0 ? 0 : dy.numel() / dy.shape()[1];
+      // A split needs 2 granules of 128 pairs; then every group is a product and its reduction.
+      const bool split_taken = parts > 1 && pairs > 128;
+      EXPECT_EQ(launches, c.o.groups * (split_taken ? 2 : 1)) << what;
+      expect_close(got.template to<ts::cpu>(), want, 0, 0, what);
+    }
+  }
+}
+
+TEST_F(CudaConvOps, WeightGradientsAsImplicitGemm) {
+  expect_implicit_weight_gradients<float>("float ");
+  expect_implicit_weight_gradients<double>("double ");
+}
+
 TEST_F(CudaConvOps, ConvErrorsAreThrownBeforeAnyLaunch) {
   const auto x = ts::zeros<float, ts::cuda>({2, 5, 9, 9});
   const auto w = ts::zeros<float, ts::cuda>({6, 4, 3, 3});

@@ -12,10 +12,12 @@
 // (stride 1, padding (r - 1) * dil - pad) with the weights flipped in both taps and transposed
 // in the channels (cuda_conv_flip_weights, a copy of w's size): no column matrix. Strided input
 // gradients: W^T dy into a column matrix, then col2im gathers each input element's taps (each
-// element written once: no atomics). Weight gradient: the chunk's columns and dy laid side by side
-// along the pixel axis, so one GEMM per chunk and group sums over the chunk's images, chunks
-// accumulating with beta = 1 in order. Every sum has a fixed order, so results are reproducible run
-// to run.
+// element written once: no atomics). Weight gradient: implicit GEMM on the SIMT kernel (float and
+// double, tf32 off), k running over every (image, pixel) pair, dy's rows and the input's taps
+// gathered on load (cuda_conv_k_gather); elsewhere (the tensor-core types, or positions beyond 32
+// bits) the chunk's columns and dy are laid side by side along the pixel axis, so one GEMM per
+// chunk and group sums over the chunk's images, chunks accumulating with beta = 1 in order. Every
+// sum has a fixed order, so results are reproducible run to run.
 //
 // The lowerings go through device memory (chunks of at most cuda_conv_chunk_bytes); see
 // docs/cuda.md.
@@ -29,6 +31,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "../../detail/conv_problem.hpp"
@@ -232,6 +235,27 @@ inline bool cuda_conv_implicit_fits(const conv_geometry& g) {
 inline bool& cuda_conv_implicit_gemm() {
   static bool enabled = true;
   return enabled;
+}
+
+/// The element types whose weight gradient may run as implicit GEMM (cuda_conv_k_gather): those
+/// the SIMT kernel multiplies (float, double). The tensor-core kernels have no k gather, so the
+/// 16- and 8-bit types, and float under tf32, lower.
+template <class TG, class TX, class Acc>
+inline constexpr bool cuda_conv_weight_grad_gathers =
+    std::is_same_v<TG, TX>&& std::is_same_v<TX, Acc> &&
+    (std::is_same_v<Acc, float> || std::is_same_v<Acc, double>);
+
+/// Whether g's weight gradient runs as implicit GEMM: the types above with the tensor cores not
+/// chosen (float under tf32 is), implicit GEMM switched on, and every position, and the (image,
+/// pixel) pairs, within the gathers' 32 bits.
+template <class TG, class TX, class Acc>
+bool cuda_conv_weight_grad_implicit(const conv_geometry& g) {
+  using Cfg = typename cuda_tc_select<TG, TX, Acc>::type;
+  if constexpr (!std::is_void_v<Cfg>) {
+    if (Cfg::allowed()) return false;
+  }
+  return cuda_conv_implicit_gemm() && cuda_conv_implicit_fits(g) &&
+         g.n * g.ho * g.wo < (int64_t{1} << 31);
 }
 
 /// Images per chunk when each needs `bytes_per_image` of lowered data (0: no lowering).
@@ -492,6 +516,10 @@ struct conv_kernel<cuda> {
     const detail::conv_geometry& g = p.g;
     const int64_t cg = g.c / g.groups, kg = g.k / g.groups, K = cg * g.r * g.s, P = g.ho * g.wo;
     if (g.k == 0 || K == 0) return;
+    if constexpr (detail::cuda_conv_weight_grad_gathers<TG, TX, Acc>) {
+      if (detail::cuda_conv_weight_grad_implicit<TG, TX, Acc>(g))
+        return run_weight_grad_implicit(p);
+    }
     const int64_t per_image = K * P * int64_t{sizeof(TX)} + kg * P * int64_t{sizeof(TG)};
     const int64_t nb = detail::cuda_conv_chunk(g.n, per_image);
     detail::cuda_scratch col(static_cast<size_t>(nb * K * P) * sizeof(TX));
@@ -514,6 +542,32 @@ struct conv_kernel<cuda> {
         gemm_kernel<cuda>::run(q);
         n0 += cnt;
       } while (n0 < g.n);
+    }
+  }
+
+  /// The weight gradient as implicit GEMM, one product per group over every (image, pixel)
+  /// pair: dy's rows and the input's taps are gathered as the SIMT kernel loads them
+  /// (cuda_conv_k_gather), so neither the lowered input nor a regrouped dy is written; k is split
+  /// where the product has few output tiles. One launch per group (two with a split) instead of
+  /// im2col, a dy gather and the product per chunk of images.
+  template <class TX, class TG, class Acc>
+  static void run_weight_grad_implicit(const detail::conv_backward_weight_problem<TX, TG, Acc>& p) {
+    const detail::conv_geometry& g = p.g;
+    const int64_t cg = g.cg(), kg = g.k / g.groups, K = cg * g.r * g.s, P = g.ho * g.wo;
+    std::optional<detail::cuda_scratch> scratch;
+    const detail::cuda_conv_tap* table =
+        detail::cuda_conv_tap_tables::instance().get(g, 0, scratch);
+    const detail::cuda_conv_gather gather = detail::cuda_conv_gather_for(g, table, 1);
+    // P = 0 (or no images): k = 0, the product writes zeros; the divisor must still be valid.
+    const detail::cuda_conv_k_gather kgather{
+        detail::cuda_fast_div(static_cast<uint32_t>(P > 0 ? P : 1)), g.k * P, g.c * g.h * g.w};
+    for (int64_t grp = 0; grp < g.groups; ++grp) {
+      detail::gemm_problem<TG, TX, Acc> q;
+      q.m = kg, q.n = K, q.k = g.n * P;
+      q.a = p.dy + grp * kg * P, q.a_rs = P, q.a_cs = 1;         // read through kgather
+      q.b = p.x + grp * cg * g.h * g.w, q.b_rs = 1, q.b_cs = 1;  // read through gather
+      q.c = p.dw + grp * kg * K, q.c_rs = K, q.c_cs = 1;
+      detail::cuda_gemm_run_weight_grad(q, gather, kgather);
     }
   }
 

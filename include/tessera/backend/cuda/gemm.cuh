@@ -93,12 +93,66 @@ __device__ __forceinline__ void cuda_gemm_gather_b(const TB* image,
                         [](TB v) { return cuda_gemm_in<Acc>(v); });
 }
 
+/// The [128 x 8] slice of a weight gradient's A (dy; see cuda_conv_k_gather) at (row m0, k0) in
+/// cuda_gemm_load_a's k-fast layout: each thread's k column is one (image, pixel) pair, found
+/// once; eight consecutive threads read eight consecutive pixels of a row of dy.
+template <class Acc, class TA, class TB, class TC>
+__device__ __forceinline__ void cuda_gemm_kgather_a(const TA* a,
+                                                    const cuda_gemm_args<TA, TB, Acc, TC>& p,
+                                                    int64_t m0, int64_t k0, Acc (&r)[4],
+                                                    int (&row)[4], int (&col)[4]) {
+  const int t = threadIdx.x;
+  const int64_t q = k0 + t % 8;
+  const bool inside = q < p.k;
+  const int64_t b = inside ? p.kgather.pixels(static_cast<uint32_t>(q)) : 0;
+  const TA* at = a + b * p.kgather.a_image + (q - b * int64_t{p.kgather.pixels.d});
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    row[j] = t / 8 + 32 * j, col[j] = t % 8;
+    const int64_t gi = m0 + row[j];
+    r[j] = inside && gi < p.m ? cuda_gemm_in<Acc>(at[gi * p.a_rs]) : Acc(0);
+  }
+}
+
+/// The [8 x 128] slice of a weight gradient's B (the lowered input; see cuda_conv_k_gather) at
+/// (k0, column n0) in cuda_gemm_load_b's k-fast layout: each thread's row is one (image, pixel)
+/// pair, whose input corner it finds once; its four columns are taps read through the table.
+template <class Acc, class TA, class TB, class TC>
+__device__ __forceinline__ void cuda_gemm_kgather_b(const TB* x,
+                                                    const cuda_gemm_args<TA, TB, Acc, TC>& p,
+                                                    int64_t k0, int64_t n0, Acc (&r)[4],
+                                                    int (&row)[4], int (&col)[4]) {
+  const int t = threadIdx.x;
+  const cuda_conv_gather& g = p.conv;
+  const int64_t q = k0 + t % 8;
+  const bool inside = q < p.k;
+  const int64_t b = inside ? p.kgather.pixels(static_cast<uint32_t>(q)) : 0;
+  const int pixel = static_cast<int>(q - b * int64_t{p.kgather.pixels.d});
+  const auto [y0, x0] = g.origin_of(inside ? pixel : 0);
+  const TB* image = x + b * p.kgather.b_image + (int64_t{y0} * g.w + x0);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    row[j] = t % 8, col[j] = t / 8 + 32 * j;
+    const int64_t kk = n0 + col[j];
+    Acc v = Acc(0);
+    if (inside && kk < p.n) {
+      const cuda_conv_tap tap = g.taps[kk];
+      const int y = y0 + tap.dy, xx = x0 + tap.dx;
+      if (static_cast<unsigned>(y) < static_cast<unsigned>(g.h) &&
+          static_cast<unsigned>(xx) < static_cast<unsigned>(g.w))
+        v = cuda_gemm_in<Acc>(image[tap.offset]);
+    }
+    r[j] = v;
+  }
+}
+
 /// One 128 x 128 tile of matrix blockIdx.z (+ 65535 * i for large batches) per block. Thread
 /// (ty, tx) = (t / 16, t % 16) owns rows ty + 16 i and columns tx + 16 j (i, j < 8): a warp's
 /// shared-memory reads of B are 16 consecutive words, of A two broadcast words.
-template <class TA, class TB, class Acc, bool Gather = false, class TC = Acc>
+template <class TA, class TB, class Acc, bool Gather = false, class TC = Acc, bool KGather = false>
 __global__ void __launch_bounds__(cuda_gemm_threads)
     cuda_gemm_simt(cuda_gemm_args<TA, TB, Acc, TC> p, int64_t batch) {
+  static_assert(!(Gather && KGather), "one gather at a time");
   constexpr int BM = cuda_gemm_bm, BN = cuda_gemm_bn, BK = cuda_gemm_bk;
   __shared__ Acc As[2][BK][BM];
   __shared__ Acc Bs[2][BK][BN];
@@ -117,13 +171,21 @@ __global__ void __launch_bounds__(cuda_gemm_threads)
     if (p.alpha != Acc(0)) {
       Acc ra[4], rb[4];
       int ar[4], ac[4], br[4], bc[4];
+      const auto load_a = [&](int64_t k0) {
+        if constexpr (KGather)
+          cuda_gemm_kgather_a(a, p, m0, k0, ra, ar, ac);
+        else
+          cuda_gemm_load_a<Acc>(a, p.a_rs, p.a_cs, p.m, p.k, m0, k0, ra, ar, ac);
+      };
       const auto load_b = [&](int64_t k0) {
         if constexpr (Gather)
           cuda_gemm_gather_b(b, p, k0, n0, rb, br, bc);
+        else if constexpr (KGather)
+          cuda_gemm_kgather_b(b, p, k0, n0, rb, br, bc);
         else
           cuda_gemm_load_b<Acc>(b, p.b_rs, p.b_cs, p.k, p.n, k0, n0, rb, br, bc);
       };
-      cuda_gemm_load_a<Acc>(a, p.a_rs, p.a_cs, p.m, p.k, m0, k_begin, ra, ar, ac);
+      load_a(k_begin);
       load_b(k_begin);
       int buf = 0;
 #pragma unroll
@@ -132,7 +194,7 @@ __global__ void __launch_bounds__(cuda_gemm_threads)
       for (int64_t k0 = k_begin; k0 < k_end; k0 += BK) {
         const bool more = k0 + BK < k_end;
         if (more) {  // the next slice, into registers, while this one is multiplied
-          cuda_gemm_load_a<Acc>(a, p.a_rs, p.a_cs, p.m, p.k, m0, k0 + BK, ra, ar, ac);
+          load_a(k0 + BK);
           load_b(k0 + BK);
         }
 #pragma unroll
@@ -274,6 +336,33 @@ bool cuda_gemm_run(const gemm_problem<TA, TB, Acc, TC>& pr, const cuda_conv_gath
   return cuda_gemm_run_split(p, pr.batch, grid, cuda_split_min_simt, [&](dim3 g, const auto& q) {
     cuda_launch("cuda_gemm_simt", cuda_gemm_simt<TA, TB, Acc, Gather, TC>, g,
                 dim3(cuda_gemm_threads), q, pr.batch);
+    return true;
+  });
+}
+
+/// A convolution's weight gradient as implicit GEMM on the SIMT kernel (see cuda_conv_k_gather):
+/// pr gives m = kg, n = K, k = images x pixels, a = dy's group rows (a_rs = P), b = the input's
+/// group channels, c = dw (beta 0 or 1), batch 1; `gather` and `kg` the rest. k is split where
+/// the output tiles are few (a weight gradient's usually are), the parts added in a fixed order.
+template <class TA, class TB, class Acc, class TC>
+void cuda_gemm_run_weight_grad(const gemm_problem<TA, TB, Acc, TC>& pr,
+                               const cuda_conv_gather& gather, const cuda_conv_k_gather& kg) {
+  if (pr.m <= 0 || pr.n <= 0) return;
+  cuda_gemm_args<TA, TB, Acc, TC> p{
+      pr.m,    pr.n,    pr.k,    pr.a,     pr.a_rs, pr.a_cs, pr.b,           pr.b_rs,      pr.b_cs,
+      pr.c,    pr.c_rs, pr.c_cs, pr.alpha, pr.beta, pr.bias, pr.bias_stride, pr.bias_kind, pr.relu,
+      nullptr, nullptr, nullptr, 0,        0,       0,       gather};
+  p.kgather = kg;
+  if (pr.k == 0) p.alpha = Acc(0);  // no pairs: dw = beta dw (zeros for beta 0)
+  const int64_t gx = (pr.n + cuda_gemm_bn - 1) / cuda_gemm_bn;
+  const int64_t gy = (pr.m + cuda_gemm_bm - 1) / cuda_gemm_bm;
+  if (gx > 0x7fffffff || gy > 65535)
+    fail<shape_error>("conv2d_backward_weight", "weight gradient of ", pr.m, " x ", pr.n,
+                      " exceeds the CUDA grid (at most 65535 * 128 rows)");
+  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), 1);
+  cuda_gemm_run_split(p, 1, grid, cuda_split_min_simt, [&](dim3 g, const auto& q) {
+    cuda_launch("cuda_gemm_simt", cuda_gemm_simt<TA, TB, Acc, false, TC, true>, g,
+                dim3(cuda_gemm_threads), q, int64_t{1});
     return true;
   });
 }

@@ -80,6 +80,17 @@ struct cuda_conv_gather {
   }
 };
 
+/// Implicit GEMM for a convolution's weight gradient (the SIMT kernel's KGather mode): per group,
+/// dw [kg, K] = dy [kg, (image, pixel)] x lowered input [(image, pixel), K], k running over the
+/// pairs q = b * P + p (b = q / P: `pixels`, below 2^31 pairs). A element (o, q) is dy at
+/// a + b * a_image + o * a_rs + p; B element (q, kk) is the input gathered as in the forward
+/// pass (`conv`, planar) from image b at b + b * b_image: so neither the lowered input nor a
+/// regrouped dy is ever stored.
+struct cuda_conv_k_gather {
+  cuda_fast_div pixels;  // P, the output pixels of an image
+  int64_t a_image = 0, b_image = 0;
+};
+
 /// A gemm_problem as the kernel reads it: the same fields, with the batch offsets as strides
 /// when they are multiples of the batch index, else in device memory, and the gather of an
 /// implicit-GEMM convolution (kernels instantiated with Gather = true read B through it). TC is
@@ -103,6 +114,7 @@ struct cuda_gemm_args {
   const int64_t* c_off;
   int64_t a_bs, b_bs, c_bs;  // batch strides (offsets that are multiples of the batch index)
   cuda_conv_gather conv;
+  cuda_conv_k_gather kgather{};  // KGather kernels only (a convolution's weight gradient)
   // Split k (every GEMM kernel; gemm_split.cuh): with splits > 1, product z <
   // batch * splits multiplies batch matrix z % batch over k in [(z / batch) k_chunk, + k_chunk)
   // and stores its raw sums in partial[z][m][n]; cuda_gemm_split_reduce applies the epilogue.
