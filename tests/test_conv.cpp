@@ -1400,12 +1400,12 @@ void check_bias_backward_masked() {
     vec masked = dyd;
     for (size_t i = 0; i < masked.size(); ++i) masked[i] = yd[i] > 0 ? dyd[i] : 0.0;
     ts::set_num_threads(1);
-    auto [g1, db1] = ts::detail::conv_bias_backward_masked("test", dy, y, true);
+    auto [g1, db1] = ts::detail::bias_and_relu_backward("test", dy, y, true);
     ts::set_num_threads(2);
-    auto [g2, db2] = ts::detail::conv_bias_backward_masked("test", dy, y, true);
-    auto [none, db_only] = ts::detail::conv_bias_backward_masked("test", dy, y, false);
+    auto [g2, db2] = ts::detail::bias_and_relu_backward("test", dy, y, true);
+    auto [none, db_only] = ts::detail::bias_and_relu_backward("test", dy, y, false);
     auto [copy, db_plain] =
-        ts::detail::conv_bias_backward_masked("test", dy, ts::Tensor<T>(), true);
+        ts::detail::bias_and_relu_backward("test", dy, ts::Tensor<T>(), true);
     ts::set_num_threads(0);
     EXPECT_FALSE(none.defined()) << what;
     expect_match(tt::to_doubles(g1), masked, s, what + " mask");
@@ -1419,7 +1419,7 @@ void check_bias_backward_masked() {
   }
   expect_error<ts::shape_error>(
       [] {
-        ts::detail::conv_bias_backward_masked("conv backward", ts::Tensor<T>({2, 3}),
+        ts::detail::bias_and_relu_backward("conv backward", ts::Tensor<T>({2, 3}),
                                               ts::Tensor<T>({3, 2}), true);
       },
       "conv backward", {"relu output", "[3, 2]", "[2, 3]"}, "bias backward shape");

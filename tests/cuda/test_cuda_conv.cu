@@ -279,9 +279,9 @@ TEST_F(CudaConvOps, ConvBiasGradientAndReluMask) {
   const auto dy = ints<float>({5, 7, 13, 17}, 200), y = ints<float>({5, 7, 13, 17}, 201);
   expect_same(
       "conv2d_backward_bias", 0, 0, [](const auto& g) { return ts::conv2d_backward_bias(g); }, dy);
-  const auto [g_cpu, db_cpu] = ts::detail::conv_bias_backward_masked("test", dy, y, true);
+  const auto [g_cpu, db_cpu] = ts::detail::bias_and_relu_backward("test", dy, y, true);
   const auto [g_dev, db_dev] =
-      ts::detail::conv_bias_backward_masked("test", dy.to<ts::cuda>(), y.to<ts::cuda>(), true);
+      ts::detail::bias_and_relu_backward("test", dy.to<ts::cuda>(), y.to<ts::cuda>(), true);
   expect_close(g_dev.to<ts::cpu>(), g_cpu, 0, 0, "relu-masked gradient");
   expect_close(db_dev.to<ts::cpu>(), db_cpu, 0, 0, "masked bias gradient");
   expect_mostly_nonzero(db_cpu, "masked bias gradient");

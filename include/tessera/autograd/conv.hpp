@@ -21,8 +21,8 @@ template <class T, class B>
 Tensor<T, B> relu_and_bias_grad(const backward_context<T, B>& c, const Tensor<T, B>& y, bool relu) {
   if (!c.needs(2)) return through_relu(c.grad(), y, relu);
   const bool want_masked = relu && (c.needs(0) || c.needs(1));
-  auto [g, db] = tessera::detail::conv_bias_backward_masked("conv backward", c.grad(),
-                                                            relu ? y : Tensor<T, B>(), want_masked);
+  auto [g, db] = tessera::detail::bias_and_relu_backward("conv backward", c.grad(),
+                                                         relu ? y : Tensor<T, B>(), want_masked);
   c.give(2, std::move(db));
   return relu ? g : c.grad();
 }

@@ -1,8 +1,9 @@
 // tessera/autograd/linalg.hpp - Variable overloads of matmul and linear.
 #pragma once
 
-#include "elementwise.hpp"
+#include "../ops/bias_grad.hpp"
 #include "../ops/matmul.hpp"
+#include "elementwise.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 
@@ -20,12 +21,14 @@ Variable<T, B> matmul(const Variable<T, B>& a, const Variable<T, B>& b) {
         if (bv.rank() == 1) g = g.unsqueeze(g.rank());
         if (av.rank() == 1) g = g.unsqueeze(g.rank() - 1);
         if (c.needs(0)) {
-          auto [ga, fresh] = autograd::detail::sum_to(matmul(g, b2.transpose(b2.rank() - 2, b2.rank() - 1)), a2.shape());
+          auto [ga, fresh] = autograd::detail::sum_to(
+              matmul(g, b2.transpose(b2.rank() - 2, b2.rank() - 1)), a2.shape());
           (void)fresh;
           c.give(0, ga.reshape(av.shape().span()));
         }
         if (c.needs(1)) {
-          auto [gb, fresh] = autograd::detail::sum_to(matmul(a2.transpose(a2.rank() - 2, a2.rank() - 1), g), b2.shape());
+          auto [gb, fresh] = autograd::detail::sum_to(
+              matmul(a2.transpose(a2.rank() - 2, a2.rank() - 1), g), b2.shape());
           (void)fresh;
           c.give(1, gb.reshape(bv.shape().span()));
         }
@@ -33,14 +36,20 @@ Variable<T, B> matmul(const Variable<T, B>& a, const Variable<T, B>& b) {
 }
 
 namespace autograd::detail {
+/// Elements of a linear layer's output gradient up to which its ReLU mask and bias gradient share
+/// one pass (bias_and_relu_backward: on a GPU one launch instead of a mask map and a column sum).
+/// That kernel reads a [rows, out] gradient one column at a time, with a stride; above this size
+/// the strided reads cost more than the pass they save, and the mask and sum run separately.
+inline constexpr int64_t linear_fused_bias_elements = int64_t{1} << 20;
+
 /// linear, optionally with a ReLU fused into the GEMM's store (nn::Sequential uses it for a
 /// Linear followed by a ReLU).
 template <class T, class B>
 Variable<T, B> linear_op(const Variable<T, B>& x, const Variable<T, B>& w,
                          const Variable<T, B>& bias, bool relu) {
   Tensor<T, B> b = bias.defined() ? bias.value() : Tensor<T, B>();
-  Tensor<T, B> y = tessera::detail::linear_impl(x.value(), w.value(), bias.defined() ? &b : nullptr,
-                                                relu);
+  Tensor<T, B> y =
+      tessera::detail::linear_impl(x.value(), w.value(), bias.defined() ? &b : nullptr, relu);
   return record(y, {&x, &w, &bias},
                 [xv = x.value(), wv = w.value(), y = relu ? y : Tensor<T, B>(),
                  relu](const backward_context<T, B>& c) {
@@ -48,10 +57,19 @@ Variable<T, B> linear_op(const Variable<T, B>& x, const Variable<T, B>& w,
                   // From x's leading dims, not numel / in: with in == 0 that would lose the rows.
                   int64_t rows = 1;
                   for (int d = 0; d + 1 < xv.rank(); ++d) rows *= xv.shape()[d];
-                  const Tensor<T, B> g = through_relu(c.grad(), y, relu).reshape({rows, out});
+                  const Tensor<T, B> go = c.grad().reshape({rows, out});
+                  Tensor<T, B> g;
+                  if (relu && c.needs(2) && rows * out <= linear_fused_bias_elements) {
+                    auto [masked, db] = tessera::detail::bias_and_relu_backward(
+                        "linear backward", go, y.reshape({rows, out}), c.needs(0) || c.needs(1));
+                    c.give(2, std::move(db));
+                    g = std::move(masked);
+                  } else {
+                    g = through_relu(go, y.defined() ? y.reshape({rows, out}) : y, relu);
+                    if (c.needs(2)) c.give(2, sum(g, {0}));
+                  }
                   if (c.needs(0)) c.give(0, matmul(g, wv).reshape(xv.shape().span()));
                   if (c.needs(1)) c.give(1, matmul(g.transpose(0, 1), xv.reshape({rows, in})));
-                  if (c.needs(2)) c.give(2, sum(g, {0}));
                 });
 }
 }  // namespace autograd::detail

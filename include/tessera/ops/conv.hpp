@@ -11,6 +11,7 @@
 
 #include "../core/tensor.hpp"
 #include "../detail/conv_problem.hpp"
+#include "bias_grad.hpp"
 #include "matmul.hpp"
 #include "reduce.hpp"
 
@@ -268,36 +269,6 @@ Tensor<conv_t<TX, TG>, B> conv2d_backward_weight_impl(std::string_view op, const
   return conv_backward_weight_of(op, dy, x, w_shape, g);
 }
 
-/// The bias gradient of a convolution and, when y (the output of a fused ReLU) is defined, the
-/// ReLU's mask: returns {g, db} with g = y ? dy * (y > 0) : dy (only when want_masked; else
-/// undefined) and db = g summed over every dim but the channel (dim 1), in one pass over dy.
-template <class T, class B>
-  requires(std::is_same_v<T, float> || std::is_same_v<T, double>)
-std::pair<Tensor<T, B>, Tensor<T, B>> conv_bias_backward_masked(std::string_view op,
-                                                                const Tensor<T, B>& dy0,
-                                                                const Tensor<T, B>& y0,
-                                                                bool want_masked) {
-  dy0.check_defined(op);
-  if (dy0.rank() < 2) fail<shape_error>(op, "grad_output ", dy0.shape(), " has no channel dim");
-  if (y0.defined() && y0.shape() != dy0.shape())
-    fail<shape_error>(op, "relu output ", y0.shape(), " does not match grad_output ", dy0.shape());
-  const Tensor<T, B> dy = dy0.contiguous();
-  const Tensor<T, B> y = y0.defined() ? y0.contiguous() : y0;
-  Tensor<T, B> g = want_masked ? Tensor<T, B>(dy.shape()) : Tensor<T, B>();
-  Tensor<T, B> db(Shape{dy.shape()[1]});
-  conv_bias_backward_problem<T> pr;
-  pr.n = dy.shape()[0], pr.k = dy.shape()[1];
-  pr.plane = pr.n * pr.k != 0 ? dy.numel() / (pr.n * pr.k) : 0;
-  pr.dy = dy.data(), pr.y = y.defined() ? y.data() : nullptr;
-  pr.masked = want_masked ? g.data() : nullptr, pr.db = db.data();
-  if (pr.n * pr.k * pr.plane == 0) {
-    db.fill_(T(0));
-  } else {
-    backend::conv_kernel<B>::run(pr);
-  }
-  return {std::move(g), std::move(db)};
-}
-
 /// The bias gradient: dy summed over every dim but the channel (dim 1).
 template <class TG, class B>
 Tensor<TG, B> conv_backward_bias_impl(std::string_view op, const Tensor<TG, B>& dy) {
@@ -307,7 +278,7 @@ Tensor<TG, B> conv_backward_bias_impl(std::string_view op, const Tensor<TG, B>& 
   } else {
     if (dy.rank() < 2) fail<shape_error>(op, "grad_output ", dy.shape(), " has no channel dim");
     if constexpr (std::is_same_v<TG, float> || std::is_same_v<TG, double>) {
-      return conv_bias_backward_masked(op, dy, Tensor<TG, B>(), false).second;
+      return bias_and_relu_backward(op, dy, Tensor<TG, B>(), false).second;
     } else {
       Axes axes{0};
       for (int d = 2; d < dy.rank(); ++d) axes.push_back(d);
