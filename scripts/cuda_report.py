@@ -120,9 +120,15 @@ def stream_table(rows, out, verdicts):
             verdicts.append((f"{name} >= {STREAM_TARGET}x copy bandwidth", ratio, STREAM_TARGET))
 
 
-def train_table(tessera, torch, out, verdicts):
+def merged(tessera, torch):
+    """tessera's and PyTorch's rows in one name -> row dict."""
     rows = dict(tessera or {})
     rows.update(torch or {})
+    return rows
+
+
+def train_table(tessera, torch, out, verdicts):
+    rows = merged(tessera, torch)
     out.append("| training step (batch 64) | tessera ms | PyTorch ms | PyTorch / tessera "
                "| tessera launches | tessera waits |")
     out.append("|---|---:|---:|---:|---:|---:|")
@@ -142,8 +148,7 @@ def train_table(tessera, torch, out, verdicts):
 def loop_table(tessera, torch, out):
     """The step in a training loop that uploads its batch from host memory (no target: it shows
     what the host side and the uploads cost once host and device overlap)."""
-    rows = dict(tessera or {})
-    rows.update(torch or {})
+    rows = merged(tessera, torch)
     if not any(n.startswith("train_loop/") for n in rows):
         return
     out.append("| training loop step (batch 64, uploaded each step) | tessera ms | PyTorch ms "

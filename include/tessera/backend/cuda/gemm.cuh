@@ -93,6 +93,21 @@ __device__ __forceinline__ void cuda_gemm_gather_b(const TB* image,
                         [](TB v) { return cuda_gemm_in<Acc>(v); });
 }
 
+/// The (image, pixel) pair of k index q of a weight gradient's product (see cuda_conv_k_gather);
+/// (0, 0) and inside false beyond k.
+struct cuda_k_pair {
+  bool inside;
+  int64_t image;
+  int pixel;
+};
+template <class TA, class TB, class Acc, class TC>
+__device__ __forceinline__ cuda_k_pair cuda_k_pair_of(const cuda_gemm_args<TA, TB, Acc, TC>& p,
+                                                      int64_t q) {
+  if (q >= p.k) return {false, 0, 0};
+  const int64_t b = p.kgather.pixels(static_cast<uint32_t>(q));
+  return {true, b, static_cast<int>(q - b * int64_t{p.kgather.pixels.d})};
+}
+
 /// The [128 x 8] slice of a weight gradient's A (dy; see cuda_conv_k_gather) at (row m0, k0) in
 /// cuda_gemm_load_a's k-fast layout: each thread's k column is one (image, pixel) pair, found
 /// once; eight consecutive threads read eight consecutive pixels of a row of dy.
@@ -102,10 +117,8 @@ __device__ __forceinline__ void cuda_gemm_kgather_a(const TA* a,
                                                     int64_t m0, int64_t k0, Acc (&r)[4],
                                                     int (&row)[4], int (&col)[4]) {
   const int t = threadIdx.x;
-  const int64_t q = k0 + t % 8;
-  const bool inside = q < p.k;
-  const int64_t b = inside ? p.kgather.pixels(static_cast<uint32_t>(q)) : 0;
-  const TA* at = a + b * p.kgather.a_image + (q - b * int64_t{p.kgather.pixels.d});
+  const auto [inside, b, pixel] = cuda_k_pair_of(p, k0 + t % 8);
+  const TA* at = a + b * p.kgather.a_image + pixel;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     row[j] = t / 8 + 32 * j, col[j] = t % 8;
@@ -124,11 +137,8 @@ __device__ __forceinline__ void cuda_gemm_kgather_b(const TB* x,
                                                     int (&row)[4], int (&col)[4]) {
   const int t = threadIdx.x;
   const cuda_conv_gather& g = p.conv;
-  const int64_t q = k0 + t % 8;
-  const bool inside = q < p.k;
-  const int64_t b = inside ? p.kgather.pixels(static_cast<uint32_t>(q)) : 0;
-  const int pixel = static_cast<int>(q - b * int64_t{p.kgather.pixels.d});
-  const auto [y0, x0] = g.origin_of(inside ? pixel : 0);
+  const auto [inside, b, pixel] = cuda_k_pair_of(p, k0 + t % 8);
+  const auto [y0, x0] = g.origin_of(pixel);
   const TB* image = x + b * p.kgather.b_image + (int64_t{y0} * g.w + x0);
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
