@@ -44,10 +44,11 @@ class cuda_stream_guard {
 };
 
 /// What tessera has asked of CUDA devices in this process: kernels launched, and the times the
-/// host waited for the stream (every copy to or from the host, and synchronize). A wait in the
-/// middle of a training step costs the overlap of host and device: until it, the device runs
-/// what was queued while the host queues nothing. Benchmarks report both per step; the
-/// difference of two readings is what the code between them did (all host threads counted).
+/// host waited for a stream or the device (copies to the host, large copies from it, synchronize,
+/// a full set of deferred checks). A wait in the middle of a training step costs the overlap of
+/// host and device: until it, the device runs what was queued while the host queues nothing.
+/// Benchmarks report both per step; the difference of two readings is what the code between
+/// them did (all host threads counted).
 struct cuda_activity {
   int64_t launches = 0;
   int64_t host_waits = 0;
