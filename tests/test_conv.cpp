@@ -1404,8 +1404,7 @@ void check_bias_backward_masked() {
     ts::set_num_threads(2);
     auto [g2, db2] = ts::detail::bias_and_relu_backward("test", dy, y, true);
     auto [none, db_only] = ts::detail::bias_and_relu_backward("test", dy, y, false);
-    auto [copy, db_plain] =
-        ts::detail::bias_and_relu_backward("test", dy, ts::Tensor<T>(), true);
+    auto [copy, db_plain] = ts::detail::bias_and_relu_backward("test", dy, ts::Tensor<T>(), true);
     ts::set_num_threads(0);
     EXPECT_FALSE(none.defined()) << what;
     expect_match(tt::to_doubles(g1), masked, s, what + " mask");
@@ -1420,7 +1419,7 @@ void check_bias_backward_masked() {
   expect_error<ts::shape_error>(
       [] {
         ts::detail::bias_and_relu_backward("conv backward", ts::Tensor<T>({2, 3}),
-                                              ts::Tensor<T>({3, 2}), true);
+                                           ts::Tensor<T>({3, 2}), true);
       },
       "conv backward", {"relu output", "[3, 2]", "[2, 3]"}, "bias backward shape");
 }

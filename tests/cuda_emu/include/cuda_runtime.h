@@ -687,7 +687,7 @@ namespace tessera_cuda_emulation {
 inline std::atomic<uint64_t> sync_epoch{1};
 }  // namespace tessera_cuda_emulation
 struct CUevent_st {
-  uint64_t recorded_epoch = 0;  // 0: never recorded (complete)
+  uint64_t recorded_epoch = 0;                 // 0: never recorded (complete)
   std::chrono::steady_clock::time_point at{};  // host time of the record (work ran before it)
 };
 typedef struct CUevent_st* cudaEvent_t;
