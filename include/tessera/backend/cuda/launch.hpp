@@ -84,6 +84,18 @@ inline int* cuda_arm_check(std::function<void()> on_fault) {
   return cuda_deferred_checks::instance().arm(std::move(on_fault), cuda_stream(),
                                               &cuda_wait_device);
 }
+
+/// Whether the work before event e has completed: false while it is queued ("not ready", a
+/// state the runtime also leaves in its error slot, which this clears); throws for a real error.
+inline bool cuda_event_done(cudaEvent_t e) {
+  const cudaError_t r = cudaEventQuery(e);
+  if (r == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  TESSERA_CUDA_CHECK(r);
+  return true;
+}
 }  // namespace detail
 
 /// The counts of cuda_activity so far.

@@ -88,11 +88,7 @@ class device_block_cache {
     if (it == live_.end()) return;  // not ours: nothing sensible to do in a destructor
     block b = std::move(it->second);
     live_.erase(it);
-    if (b.uses.empty()) {
-      free_.emplace(key{b.device, stream_id(b.stream), b.bytes}, p);
-      cached_ += b.bytes;
-      return;
-    }
+    if (b.uses.empty()) return keep_free(p, b);
     recorded r{p, b, {}};
     for (cudaStream_t s : b.uses) {
       cudaEvent_t ev = nullptr;
@@ -136,8 +132,7 @@ class device_block_cache {
         TESSERA_CUDA_CHECK(cudaEventSynchronize(ev));
         TESSERA_CUDA_CHECK(cudaEventDestroy(ev));
       }
-      free_.emplace(key{it->b.device, stream_id(it->b.stream), it->b.bytes}, it->p);
-      cached_ += it->b.bytes;
+      keep_free(it->p, it->b);
       it = recorded_.erase(it);
     }
     for (auto it = free_.begin(); it != free_.end();) {
@@ -188,24 +183,21 @@ class device_block_cache {
   using key = std::tuple<int, uintptr_t, size_t>;  // device, stream, rounded size
   static uintptr_t stream_id(cudaStream_t s) { return reinterpret_cast<uintptr_t>(s); }
 
+  /// Puts block p on its stream's free list (under mu_).
+  void keep_free(void* p, const block& b) {
+    free_.emplace(key{b.device, stream_id(b.stream), b.bytes}, p);
+    cached_ += b.bytes;
+  }
+
   /// Moves recorded blocks whose events have all completed to their free lists (under mu_).
   void reclaim_recorded() {
     for (auto it = recorded_.begin(); it != recorded_.end();) {
-      bool done = true;
-      for (cudaEvent_t ev : it->events) {
-        const cudaError_t e = cudaEventQuery(ev);
-        if (e == cudaSuccess) continue;
-        (void)cudaGetLastError();  // "not ready" is a state; a fault shows at the next wait
-        done = false;
-        break;
-      }
-      if (!done) {
+      if (!std::all_of(it->events.begin(), it->events.end(), cuda_event_done)) {
         ++it;
         continue;
       }
       for (cudaEvent_t ev : it->events) (void)cudaEventDestroy(ev);
-      free_.emplace(key{it->b.device, stream_id(it->b.stream), it->b.bytes}, it->p);
-      cached_ += it->b.bytes;
+      keep_free(it->p, it->b);
       it = recorded_.erase(it);
     }
   }

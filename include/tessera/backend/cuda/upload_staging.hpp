@@ -81,12 +81,7 @@ class cuda_upload_staging {
     for (block& b : blocks_) {
       if (b.device != dev || b.bytes < bytes || (best && b.bytes >= best->bytes)) continue;
       if (b.in_flight) {
-        const cudaError_t e = cudaEventQuery(b.done);
-        if (e == cudaErrorNotReady) {
-          (void)cudaGetLastError();  // "not ready" is a state, not an error to keep
-          continue;
-        }
-        TESSERA_CUDA_CHECK(e);
+        if (!cuda_event_done(b.done)) continue;
         b.in_flight = false;
       }
       best = &b;
