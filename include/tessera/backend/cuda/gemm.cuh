@@ -306,24 +306,39 @@ class cuda_batch_offsets {
 /// pr.b_offsets to each image. Only the pipelined tensor-core kernels take channels-last images
 /// (gather.pixel > 1): false, having run nothing, when none of them runs the product
 /// (cuda_gemm_try_conv_chunks); true otherwise.
-template <bool Gather, class TA, class TB, class Acc, class TC>
-bool cuda_gemm_run(const gemm_problem<TA, TB, Acc, TC>& pr, const cuda_conv_gather& gather = {}) {
-  if (pr.m <= 0 || pr.n <= 0 || pr.batch <= 0) return true;
-  const cuda_batch_offsets off(pr.a_offsets, pr.b_offsets, pr.c_offsets, pr.batch);
+/// The kernel arguments of pr with its batch offsets `off` and the convolution gather (if any).
+/// With k == 0 alpha becomes 0: a and b are not read (the kernels skip the product loop).
+template <class TA, class TB, class Acc, class TC>
+cuda_gemm_args<TA, TB, Acc, TC> cuda_gemm_args_of(const gemm_problem<TA, TB, Acc, TC>& pr,
+                                                  const cuda_batch_offsets& off,
+                                                  const cuda_conv_gather& gather) {
   cuda_gemm_args<TA, TB, Acc, TC> p{
       pr.m,           pr.n,           pr.k,           pr.a,    pr.a_rs, pr.a_cs,  pr.b,
       pr.b_rs,        pr.b_cs,        pr.c,           pr.c_rs, pr.c_cs, pr.alpha, pr.beta,
       pr.bias,        pr.bias_stride, pr.bias_kind,   pr.relu, off.a(), off.b(),  off.c(),
       off.a_stride(), off.b_stride(), off.c_stride(), gather};
-  // alpha == 0 or k == 0: a and b are not read (the kernel skips the product loop).
   if (pr.k == 0) p.alpha = Acc(0);
-  const int64_t gx = (pr.n + cuda_gemm_bn - 1) / cuda_gemm_bn;
-  const int64_t gy = (pr.m + cuda_gemm_bm - 1) / cuda_gemm_bm;
+  return p;
+}
+
+/// The grid of 128 x 128 output tiles of an m x n product over `batch` matrices (grid.z capped;
+/// the kernels loop over the rest); shape_error naming `op` beyond the grid's limits.
+inline dim3 cuda_gemm_grid(const char* op, int64_t m, int64_t n, int64_t batch) {
+  const int64_t gx = (n + cuda_gemm_bn - 1) / cuda_gemm_bn;
+  const int64_t gy = (m + cuda_gemm_bm - 1) / cuda_gemm_bm;
   if (gx > 0x7fffffff || gy > 65535)
-    fail<shape_error>("matmul", "matrix of ", pr.m, " x ", pr.n,
+    fail<shape_error>(op, "matrix of ", m, " x ", n,
                       " exceeds the CUDA grid (at most 65535 * 128 rows)");
-  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy),
-                  static_cast<unsigned>(pr.batch < 65535 ? pr.batch : 65535));
+  return dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy),
+              static_cast<unsigned>(batch < 65535 ? batch : 65535));
+}
+
+template <bool Gather, class TA, class TB, class Acc, class TC>
+bool cuda_gemm_run(const gemm_problem<TA, TB, Acc, TC>& pr, const cuda_conv_gather& gather = {}) {
+  if (pr.m <= 0 || pr.n <= 0 || pr.batch <= 0) return true;
+  const cuda_batch_offsets off(pr.a_offsets, pr.b_offsets, pr.c_offsets, pr.batch);
+  const cuda_gemm_args<TA, TB, Acc, TC> p = cuda_gemm_args_of(pr, off, gather);
+  const dim3 grid = cuda_gemm_grid("matmul", pr.m, pr.n, pr.batch);
   using Cfg = typename cuda_tc_select<TA, TB, Acc>::type;
   if constexpr (!std::is_void_v<Cfg>) {
     static_assert(cuda_tc_bm == cuda_gemm_bm && cuda_tc_bn == cuda_gemm_bn);  // the same grid
@@ -358,18 +373,10 @@ template <class TA, class TB, class Acc, class TC>
 void cuda_gemm_run_weight_grad(const gemm_problem<TA, TB, Acc, TC>& pr,
                                const cuda_conv_gather& gather, const cuda_conv_k_gather& kg) {
   if (pr.m <= 0 || pr.n <= 0) return;
-  cuda_gemm_args<TA, TB, Acc, TC> p{
-      pr.m,    pr.n,    pr.k,    pr.a,     pr.a_rs, pr.a_cs, pr.b,           pr.b_rs,      pr.b_cs,
-      pr.c,    pr.c_rs, pr.c_cs, pr.alpha, pr.beta, pr.bias, pr.bias_stride, pr.bias_kind, pr.relu,
-      nullptr, nullptr, nullptr, 0,        0,       0,       gather};
+  const cuda_batch_offsets off(nullptr, nullptr, nullptr, 1);
+  cuda_gemm_args<TA, TB, Acc, TC> p = cuda_gemm_args_of(pr, off, gather);  // k == 0: zeros
   p.kgather = kg;
-  if (pr.k == 0) p.alpha = Acc(0);  // no pairs: dw = beta dw (zeros for beta 0)
-  const int64_t gx = (pr.n + cuda_gemm_bn - 1) / cuda_gemm_bn;
-  const int64_t gy = (pr.m + cuda_gemm_bm - 1) / cuda_gemm_bm;
-  if (gx > 0x7fffffff || gy > 65535)
-    fail<shape_error>("conv2d_backward_weight", "weight gradient of ", pr.m, " x ", pr.n,
-                      " exceeds the CUDA grid (at most 65535 * 128 rows)");
-  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), 1);
+  const dim3 grid = cuda_gemm_grid("conv2d_backward_weight", pr.m, pr.n, 1);
   cuda_gemm_run_split(p, 1, grid, cuda_split_min_simt, [&](dim3 g, const auto& q) {
     cuda_launch("cuda_gemm_simt", cuda_gemm_simt<TA, TB, Acc, false, TC, true>, g,
                 dim3(cuda_gemm_threads), q, int64_t{1});
