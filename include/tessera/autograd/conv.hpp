@@ -14,18 +14,6 @@ Tensor<T, B> value_or_none(const Variable<T, B>& v) {
   return v.defined() ? v.value() : Tensor<T, B>();
 }
 
-/// The gradient through a convolution's fused ReLU (y is its output; no ReLU: the gradient
-/// itself), giving the bias (input 2) its gradient on the way: the mask and the bias sum read the
-/// output gradient in one pass, while it is in cache.
-template <class T, class B>
-Tensor<T, B> relu_and_bias_grad(const backward_context<T, B>& c, const Tensor<T, B>& y, bool relu) {
-  if (!c.needs(2)) return through_relu(c.grad(), y, relu);
-  const bool want_masked = relu && (c.needs(0) || c.needs(1));
-  auto [g, db] = tessera::detail::bias_and_relu_backward("conv backward", c.grad(),
-                                                         relu ? y : Tensor<T, B>(), want_masked);
-  c.give(2, std::move(db));
-  return relu ? g : c.grad();
-}
 }  // namespace autograd::detail
 
 /// 2-D convolution, as tessera::conv2d (bias may be an undefined Variable; opts.relu fuses a
@@ -38,8 +26,8 @@ Variable<T, B> conv2d(const Variable<T, B>& x, const Variable<T, B>& w, const Va
   return autograd::detail::record(y, {&x, &w, &bias},
                                   [xv = x.value(), wv = w.value(), y = relu ? y : Tensor<T, B>(),
                                    opts](const autograd::backward_context<T, B>& c) {
-                                    const Tensor<T, B> g =
-                                        autograd::detail::relu_and_bias_grad(c, y, opts.relu);
+                                    const Tensor<T, B> g = autograd::detail::relu_and_bias_grad(
+                                        "conv backward", c, c.grad(), y, opts.relu);
                                     if (c.needs(0))
                                       c.give(0, conv2d_backward_input(g, wv, xv.shape(), opts));
                                     if (c.needs(1))
@@ -62,7 +50,8 @@ Variable<T, B> conv1d(const Variable<T, B>& x, const Variable<T, B>& w, const Va
       y, {&x, &w, &bias},
       [xv = x.value(), wv = w.value(), y = opts.relu ? y : Tensor<T, B>(),
        opts](const autograd::backward_context<T, B>& c) {
-        const Tensor<T, B> g = autograd::detail::relu_and_bias_grad(c, y, opts.relu);
+        const Tensor<T, B> g =
+            autograd::detail::relu_and_bias_grad("conv backward", c, c.grad(), y, opts.relu);
         if (c.needs(0)) c.give(0, conv1d_backward_input(g, wv, xv.shape(), opts));
         if (c.needs(1)) c.give(1, conv1d_backward_weight(g, xv, wv.shape(), opts));
       });

@@ -2,6 +2,9 @@
 // with broadcasting undone in the backward pass (gradients are summed back to each input's shape).
 #pragma once
 
+#include <string_view>
+
+#include "../ops/bias_grad.hpp"
 #include "grad_fn.hpp"
 #include "variable.hpp"
 
@@ -135,6 +138,20 @@ namespace autograd::detail {
 template <class T, class B>
 Tensor<T, B> through_relu(const Tensor<T, B>& g, const Tensor<T, B>& y, bool relu) {
   return relu ? map(fn::grad::relu{}, g, y) : g;
+}
+
+/// The gradient g of a layer's output ([n, channels, ...]) through its fused ReLU (y is its output;
+/// no ReLU: g itself), giving the bias (input 2 of c) its gradient on the way: the mask and the
+/// bias sum read g in one pass, while it is in cache (tessera::detail::bias_and_relu_backward).
+template <class T, class B>
+Tensor<T, B> relu_and_bias_grad(std::string_view op, const backward_context<T, B>& c,
+                                const Tensor<T, B>& g, const Tensor<T, B>& y, bool relu) {
+  if (!c.needs(2)) return through_relu(g, y, relu);
+  const bool want_masked = relu && (c.needs(0) || c.needs(1));
+  auto [masked, db] =
+      tessera::detail::bias_and_relu_backward(op, g, relu ? y : Tensor<T, B>(), want_masked);
+  c.give(2, std::move(db));
+  return relu ? masked : g;
 }
 }  // namespace autograd::detail
 

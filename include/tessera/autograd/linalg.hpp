@@ -1,7 +1,6 @@
 // tessera/autograd/linalg.hpp - Variable overloads of matmul and linear.
 #pragma once
 
-#include "../ops/bias_grad.hpp"
 #include "../ops/matmul.hpp"
 #include "elementwise.hpp"
 
@@ -58,16 +57,12 @@ Variable<T, B> linear_op(const Variable<T, B>& x, const Variable<T, B>& w,
                   int64_t rows = 1;
                   for (int d = 0; d + 1 < xv.rank(); ++d) rows *= xv.shape()[d];
                   const Tensor<T, B> go = c.grad().reshape({rows, out});
-                  Tensor<T, B> g;
-                  if (relu && c.needs(2) && rows * out <= linear_fused_bias_elements) {
-                    auto [masked, db] = tessera::detail::bias_and_relu_backward(
-                        "linear backward", go, y.reshape({rows, out}), c.needs(0) || c.needs(1));
-                    c.give(2, std::move(db));
-                    g = std::move(masked);
-                  } else {
-                    g = through_relu(go, y.defined() ? y.reshape({rows, out}) : y, relu);
-                    if (c.needs(2)) c.give(2, sum(g, {0}));
-                  }
+                  const Tensor<T, B> yo = relu ? y.reshape({rows, out}) : y;
+                  const bool fused = relu && rows * out <= linear_fused_bias_elements;
+                  const Tensor<T, B> g =
+                      fused ? relu_and_bias_grad("linear backward", c, go, yo, relu)
+                            : through_relu(go, yo, relu);
+                  if (!fused && c.needs(2)) c.give(2, sum(g, {0}));
                   if (c.needs(0)) c.give(0, matmul(g, wv).reshape(xv.shape().span()));
                   if (c.needs(1)) c.give(1, matmul(g.transpose(0, 1), xv.reshape({rows, in})));
                 });

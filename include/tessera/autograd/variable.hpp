@@ -285,10 +285,10 @@ std::vector<variable_node<T, B>*> topological_order(variable_node<T, B>* root) {
 /// The default seed of backward(), 1, shaped like a one-element root: a fresh `ones` where the
 /// host writes memory directly; on a device backend one shared element per type (filled once,
 /// then waited for, so that a backward on any stream may read it), because filling a new one is
-/// a kernel launch per training step. It is handed on as not owned, like a caller's seed, so
-/// no gradient is ever accumulated into it in place (a leaf root clones it). Kept for the process
-/// (device memory must not be freed after the runtime has shut down) and, like the losses' column
-/// numbers, for one device per process.
+/// a kernel launch per training step. backward() hands it on as not owned, like a caller's seed,
+/// so no gradient is ever accumulated into it in place (a leaf root clones it). Kept for the
+/// process (device memory must not be freed after the runtime has shut down) and, like the
+/// losses' column numbers, for one device per process.
 template <class T, class B>
 Tensor<T, B> unit_seed(const Shape& shape) {
   if constexpr (backend::memory<B>::host_accessible) {
@@ -330,8 +330,7 @@ void Variable<T, B>::backward(const Tensor<T, B>& seed, bool retain_graph) const
       tessera::detail::fail<shape_error>(
           "backward", "needs a seed gradient for a Variable of shape ", root.value.shape(),
           " (only one-element ones default to 1)");
-    const bool shared = !backend::memory<B>::host_accessible;  // see unit_seed
-    root.accumulate(detail::unit_seed<T, B>(root.value.shape()), !shared);
+    root.accumulate(detail::unit_seed<T, B>(root.value.shape()), false);  // maybe shared
   }
   // Reverse post-order: every consumer of a node runs its backward before the node's own.
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
