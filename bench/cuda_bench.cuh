@@ -48,6 +48,12 @@ inline int run_main(int argc, char** argv, const char* program, void (*add_bench
   return 0;
 }
 
+/// Sets the median_us counter from per-iteration times in microseconds (0 with none).
+inline void set_median_us(benchmark::State& st, std::vector<double> us) {
+  std::sort(us.begin(), us.end());
+  st.counters["median_us"] = us.empty() ? 0.0 : us[us.size() / 2];
+}
+
 /// Times calls of f with events on tessera's stream (where the anchors are also set to run): one
 /// warm-up call, then one timed call per benchmark iteration; sets median_us. The time Google
 /// Benchmark reports is the mean of the iterations.
@@ -73,8 +79,7 @@ void time_calls(benchmark::State& st, F&& f) {
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  std::sort(us.begin(), us.end());
-  st.counters["median_us"] = us.empty() ? 0.0 : us[us.size() / 2];
+  set_median_us(st, us);
 }
 
 /// Times loops of `steps` back-to-back calls f(i) (i counting on across loops) by the wall clock,
@@ -96,8 +101,7 @@ void time_loop(benchmark::State& st, int steps, F&& f) {
     st.SetIterationTime(per);
     us.push_back(per * 1e6);
   }
-  std::sort(us.begin(), us.end());
-  st.counters["median_us"] = us.empty() ? 0.0 : us[us.size() / 2];
+  set_median_us(st, us);
 }
 
 /// Registers a manually timed benchmark running body(state); an exception (a failed CUDA or
