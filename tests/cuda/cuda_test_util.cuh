@@ -51,6 +51,15 @@ struct split_k_scope {
   split_k_scope& operator=(const split_k_scope&) = delete;
 };
 
+/// Lets the wgmma pipeline feed its products through TMA (gemm_wgmma_tma.cuh) or not for the
+/// scope, then switches it back on (the default).
+struct tma_scope {
+  explicit tma_scope(bool on) { ts::detail::cuda_wgmma_tma_choice().enabled = on; }
+  ~tma_scope() { ts::detail::cuda_wgmma_tma_choice().enabled = true; }
+  tma_scope(const tma_scope&) = delete;
+  tma_scope& operator=(const tma_scope&) = delete;
+};
+
 /// The dtypes the typed suites run over.
 using Dtypes = ::testing::Types<float, double, ts::half, ts::bfloat16, int32_t>;
 

@@ -262,6 +262,9 @@ class CudaGemmPipeline : public CudaGemmTf32 {  // float: tf32 tensor cores
     using Cfg = typename d::cuda_tc_select<T, T, float>::type;
     return d::cuda_built_for(d::cuda_gemm_tc<Cfg, T, T>, 80);
   }
+  /// Set while a case's batch offsets are not multiples of the batch index (device offset
+  /// arrays): TMA's tensor maps cannot express them, so wgmma keeps its cp.async feed.
+  bool batch_offsets = false;
   /// Which pipelines the operands of a product qualify for: none; all, tf32 on wgmma only after
   /// a k-contiguous copy of some operand (m- or n-contiguous); all, read in place (k contiguous
   /// in both: A row-major, B column-major).
@@ -276,13 +279,21 @@ class CudaGemmPipeline : public CudaGemmTf32 {  // float: tf32 tensor cores
     const bool wgmma_takes = tensor_cores() && d::cuda_wgmma_built();
     using kernel = d::cuda_gemm_pipeline;  // none: the register-staged kernel
     const auto launches = [](kernel k) { return d::cuda_gemm_choice(k).launches.load(); };
-    for (const kernel k : {kernel::wgmma, kernel::mma_sync, kernel::wmma, kernel::none}) {
+    // wgmma twice: fed by TMA where the product allows it, and by cp.async.
+    const std::pair<kernel, bool> passes[] = {{kernel::wgmma, true},
+                                              {kernel::wgmma, false},
+                                              {kernel::mma_sync, false},
+                                              {kernel::wmma, false},
+                                              {kernel::none, false}};
+    for (const auto& [k, tma] : passes) {
       d::cuda_gemm_start_at(k);
+      const tma_scope feed(tma);
       const int64_t wgmma_before = launches(kernel::wgmma);
+      const int64_t tma_before = d::cuda_wgmma_tma_choice().launches.load();
       const int64_t mma_before = launches(kernel::mma_sync);
       const int64_t wmma_before = launches(kernel::wmma);
       const int64_t packs = d::cuda_gemm_packed_operands().load();
-      const char* name = k == kernel::wgmma      ? " (wgmma)"
+      const char* name = k == kernel::wgmma      ? (tma ? " (wgmma, TMA)" : " (wgmma, cp.async)")
                          : k == kernel::mma_sync ? " (mma.sync)"
                          : k == kernel::wmma     ? " (WMMA pipeline)"
                                                  : " (register-staged)";
@@ -291,6 +302,9 @@ class CudaGemmPipeline : public CudaGemmTf32 {  // float: tf32 tensor cores
       const bool wgmma_runs = on && k == kernel::wgmma && wgmma_takes;
       EXPECT_EQ(launches(kernel::wgmma) > wgmma_before, wgmma_runs)
           << what << name << ": which kernel ran";
+      EXPECT_EQ(d::cuda_wgmma_tma_choice().launches.load() > tma_before,
+                wgmma_runs && tma && !tf32 && !batch_offsets)
+          << what << name << ": fed by TMA";
       EXPECT_EQ(launches(kernel::mma_sync) > mma_before,
                 on && (k == kernel::mma_sync || (k == kernel::wgmma && !wgmma_runs)))
           << what << name << ": which kernel ran";
@@ -361,11 +375,13 @@ TYPED_TEST(CudaGemmPipeline, PartialChunksAndBatchesMatchCpu) {
   const auto a3 = small_ints<T>({3, 72, 48}, 405), b2 = small_ints<T>({48, 40}, 406);
   this->expect_every_kernel("batched, b broadcast", fits::pipelines, mm, a3, b2);
   const auto a4 = small_ints<T>({2, 1, 72, 48}, 406), b4 = small_ints<T>({3, 48, 40}, 407);
+  this->batch_offsets = true;
   this->expect_every_kernel("batched broadcast on both sides", fits::pipelines, mm, a4, b4);
   const auto b4t = small_ints<T>({3, 40, 48}, 412);
   this->expect_every_kernel(
       "batched broadcast, b^T", fits::k_major,
       [&](const auto& x, const auto& y) { return mm(x, y.transpose(1, 2)); }, a4, b4t);
+  this->batch_offsets = false;
   // Not eligible: rows of 17 elements (not 16-byte multiples), an operand with no unit stride.
   const auto odd = small_ints<T>({40, 17}, 408), b17 = small_ints<T>({17, 24}, 409);
   this->expect_every_kernel("rows not 16-byte aligned", fits::none, mm, odd, b17);
@@ -407,7 +423,9 @@ TYPED_TEST(CudaGemmPipeline, SplitKMatchesCpuOnBothKernels) {
     this->expect_every_kernel(
         "matmul b^T" + tag, fits::k_major,
         [&](const auto& x, const auto& y) { return mm(x, y.transpose(0, 1)); }, a, bt);
+    this->batch_offsets = true;
     this->expect_every_kernel("batched broadcast" + tag, fits::pipelines, mm, a3, b3);
+    this->batch_offsets = false;
     this->expect_every_kernel(
         "gemm alpha 0.5 beta -2" + tag, fits::pipelines,
         [](const auto& x, const auto& y, const auto& z) {
@@ -420,8 +438,8 @@ TYPED_TEST(CudaGemmPipeline, SplitKMatchesCpuOnBothKernels) {
         "linear with bias" + tag, fits::k_major,
         [](const auto& x, const auto& y, const auto& z) { return ts::linear(x, y, z); }, a, bt,
         bias);
-    // Four passes of five products, each split whichever kernel takes it (SIMT included).
-    EXPECT_EQ(d::cuda_gemm_split_products().load() - splits_before, 20)
+    // Five passes of five products, each split whichever kernel takes it (SIMT included).
+    EXPECT_EQ(d::cuda_gemm_split_products().load() - splits_before, 25)
         << tag << ": products split";
   }
 }
@@ -454,6 +472,9 @@ class CudaGemmMma8 : public CudaFixture {
     else
       return small_ints<T>(s, seed);
   }
+  /// Set while a case's batch offsets are not multiples of the batch index (device offset
+  /// arrays): TMA's tensor maps cannot express them, so wgmma keeps its cp.async feed.
+  bool batch_offsets = false;
   /// What fills the bytes beyond a view: the largest integer, or NaN, either of which changes
   /// a sum it enters.
   static T poison() {
@@ -470,18 +491,28 @@ class CudaGemmMma8 : public CudaFixture {
     namespace d = ts::detail;
     using kernel = d::cuda_gemm_pipeline;  // none: the register-staged kernel
     const auto launches = [](kernel k) { return d::cuda_gemm_choice(k).launches.load(); };
-    for (const kernel k : {kernel::wgmma, kernel::mma_sync, kernel::none}) {
+    // wgmma twice: fed by TMA where the product allows it, and by cp.async.
+    const std::pair<kernel, bool> passes[] = {
+        {kernel::wgmma, true}, {kernel::wgmma, false}, {kernel::mma_sync, false},
+        {kernel::none, false}};
+    for (const auto& [k, tma] : passes) {
       d::cuda_gemm_start_at(k);
+      const tma_scope feed(tma);
       const int64_t wgmma_before = launches(kernel::wgmma);
+      const int64_t tma_before = d::cuda_wgmma_tma_choice().launches.load();
       const int64_t mma_before = launches(kernel::mma_sync);
       const int64_t packs = d::cuda_gemm_packed_operands().load();
-      const std::string name = what + (k == kernel::wgmma      ? " (wgmma)"
+      const std::string name = what + (k == kernel::wgmma ? (tma ? " (wgmma, TMA)"
+                                                                 : " (wgmma, cp.async)")
                                        : k == kernel::mma_sync ? " (mma.sync)"
                                                                : " (register-staged)");
       expect_same(name, 0, 0, op, xs...);
       const bool wgmma_runs = k == kernel::wgmma && d::cuda_wgmma_built();
       const bool mma_runs = !wgmma_runs && k != kernel::none && tensor_cores();
       EXPECT_EQ(launches(kernel::wgmma) > wgmma_before, wgmma_runs) << name << ": which kernel ran";
+      EXPECT_EQ(d::cuda_wgmma_tma_choice().launches.load() > tma_before,
+                wgmma_runs && tma && !batch_offsets)
+          << name << ": fed by TMA";
       EXPECT_EQ(launches(kernel::mma_sync) > mma_before, mma_runs) << name << ": which kernel ran";
       EXPECT_EQ(d::cuda_gemm_packed_operands().load() - packs, wgmma_runs || mma_runs ? packed : 0)
           << name << ": operands packed";
@@ -534,8 +565,8 @@ TYPED_TEST(CudaGemmMma8, SplitKMatchesCpu) {
     this->expect_every_kernel(
         "matmul b^T" + tag, 0,
         [&](const auto& x, const auto& y) { return mm(x, y.transpose(0, 1)); }, a, bt);
-    // Three passes of two products, each split whichever kernel takes it.
-    EXPECT_EQ(d::cuda_gemm_split_products().load() - splits_before, 6) << tag << ": products split";
+    // Four passes of two products, each split whichever kernel takes it.
+    EXPECT_EQ(d::cuda_gemm_split_products().load() - splits_before, 8) << tag << ": products split";
   }
 }
 
@@ -568,7 +599,9 @@ TYPED_TEST(CudaGemmMma8, PartialChunksStridesAndBatchesMatchCpu) {
       b2t);
   this->expect_every_kernel("batched, b broadcast", 1, mm, a3, b2);
   const auto a4 = this->ints({2, 1, 72, 64}, 508), b4 = this->ints({3, 64, 40}, 509);
+  this->batch_offsets = true;
   this->expect_every_kernel("batched broadcast on both sides", 1, mm, a4, b4);
+  this->batch_offsets = false;
   this->expect_every_kernel(
       "batched a^T", 1, [&](const auto& x, const auto& y) { return mm(x.transpose(1, 2), t(y)); },
       this->ints({3, 64, 72}, 510), b2t);

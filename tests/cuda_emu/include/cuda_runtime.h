@@ -33,6 +33,13 @@
 //    accumulators then, so a kernel that overwrites a stage, or reads its accumulators, before
 //    that wait computes wrong results; a thread that exits with wgmma outstanding fails the
 //    launch;
+//  - mbarriers and the tensor memory accelerator (cuda.h here, through tessera's tma.cuh): a
+//    thread waiting on a phase of an mbarrier parks (other threads run) until that phase
+//    completes; a TMA copy lands only when its barrier's phase completes (its arrivals all made
+//    and, at that moment, its bytes counted against those expected), so a thread that reads a
+//    stage without waiting for its barrier reads stale data; threads that all wait on phases
+//    that cannot complete (bytes or arrivals never coming) fail the launch, as do copies whose
+//    bytes exceed those expected, arrivals beyond a phase's count and an uninitialised barrier;
 //  - warp-collective instructions (ldmatrix here, mma.sync in mma.h, through tessera's
 //    mma_sync.cuh): each lane publishes its operands, waits for the others (modelled as a block
 //    barrier, so every warp of the block must make the same collective calls in the same order,
@@ -91,6 +98,7 @@
 // block's shared memory (it is zero at the first launch; on a GPU it is undefined).
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
+#define __grid_constant__
 
 struct uint3 {
   unsigned int x, y, z;
@@ -214,14 +222,27 @@ struct async_groups {
 struct fiber {
   ucontext_t ctx;
   std::unique_ptr<char[]> stack;
-  enum { ready, waiting, done } state = ready;
-  const char* barrier_file = nullptr;  // where it waits
+  enum { ready, waiting, polling, done } state = ready;
+  const char* barrier_file = nullptr;  // where it waits (a __syncthreads, or an mbarrier)
   int barrier_line = 0;
+  uint32_t poll_barrier = 0;  // polling: the mbarrier (shared address) and phase parity
+  unsigned poll_parity = 0;
   void* asan_fake_stack = nullptr;
   async_groups<async_copy> copies;  // cp.async: each lands when its group completes
   // wgmma.mma_async: each runs when a wgmma.wait_group lets its group complete.
   async_groups<std::function<void()>> wgmma;
   unsigned collectives = 0;  // warp-collective calls made (warp_share)
+};
+
+/// An mbarrier (in shared memory on a GPU; here beside it, by shared address): `count` arrivals
+/// complete a phase once the transaction bytes expected (expect_tx) have all landed. TMA copies
+/// wait in `copies` and land when the phase completes, the latest moment a GPU may land them.
+struct mbarrier {
+  int count = 0;    // arrivals per phase
+  int pending = 0;  // arrivals the current phase still needs
+  int64_t tx = 0;   // bytes expected by the current phase and not yet landed
+  unsigned phase = 0;  // phases completed
+  std::vector<std::pair<int64_t, std::function<void()>>> copies;  // bytes, the landing
 };
 
 /// Bytes of a lane's operands in one warp-collective call.
@@ -239,6 +260,7 @@ struct block_run {
   // Every thread's operands of its latest two warp-collective calls (by parity): a lane writes
   // call n + 1's while slower lanes may still read call n's.
   std::vector<unsigned char> exchange[2];
+  std::map<uint32_t, mbarrier> barriers;  // the block's mbarriers, by shared address
 };
 
 inline thread_local block_run* running = nullptr;
@@ -342,6 +364,50 @@ inline uint32_t smem_address(const void* p) {
   return static_cast<uint32_t>(static_cast<const unsigned char*>(p) - dynamic_smem);
 }
 
+/// The running block's mbarrier at shared address `at`; null (the launch failed, with a
+/// message naming `op`) where none was initialised.
+inline mbarrier* find_mbarrier(block_run& r, uint32_t at, const char* op) {
+  const auto it = r.barriers.find(at);
+  if (it != r.barriers.end()) return &it->second;
+  std::fprintf(stderr, "tessera cuda emulation: %s on shared byte %u, where no mbarrier.init ran\n",
+               op, at);
+  r.failed = true;
+  return nullptr;
+}
+
+/// Completes b's current phase if it can: its arrivals made, then its copies land (now, the
+/// latest moment they could on a GPU), and if that brings the bytes expected to zero the phase
+/// completes and the next one starts. Bytes beyond those expected fail the launch.
+inline void mbarrier_settle(block_run& r, mbarrier& b) {
+  if (b.pending != 0) return;
+  for (auto& [bytes, land] : b.copies) {
+    land();
+    b.tx -= bytes;
+  }
+  b.copies.clear();
+  if (b.tx < 0) {
+    std::fprintf(stderr,
+                 "tessera cuda emulation: TMA copies brought %lld bytes more than the mbarrier "
+                 "phase expected\n",
+                 static_cast<long long>(-b.tx));
+    r.failed = true;
+    b.tx = 0;
+  }
+  if (b.tx == 0) {
+    ++b.phase;
+    b.pending = b.count;
+  }
+}
+
+/// Whether the phase of parity `parity` of the mbarrier at `at` has completed (its current
+/// phase has the other parity), after settling what can complete.
+inline bool mbarrier_passed(block_run& r, uint32_t at, unsigned parity) {
+  mbarrier* const b = find_mbarrier(r, at, "mbarrier.try_wait");
+  if (!b) return true;  // the launch has failed: let the thread run to its end
+  mbarrier_settle(r, *b);
+  return (b->phase & 1u) != (parity & 1u);
+}
+
 /// Seconds spent running kernels (in launch) by this process, and whether kernels run at all:
 /// with skip_kernels (set from the environment variable TESSERA_CUDA_EMU_SKIP_KERNELS) a launch
 /// checks its configuration and returns, so a program times the host code between launches alone
@@ -413,25 +479,40 @@ inline void launch(const char* what, dim3 grid, dim3 block, const std::function<
       for (unsigned bx = 0; bx < grid.x; ++bx) {
         blockIdx = uint3{bx, by, bz};
         std::memset(smem_base, 0xff, smem_bytes);  // undefined on a GPU
+        r.barriers.clear();
         for (size_t i = 0; i < n; ++i) {
           fiber& f = fibers[i];
           prepare_fiber(f, r);
         }
         for (;;) {
-          for (size_t i = 0; i < n; ++i) {
-            fiber& f = fibers[i];
-            if (f.state != fiber::ready) continue;
-            threadIdx = uint3{static_cast<unsigned>(i % block.x),
-                              static_cast<unsigned>(i / block.x % block.y),
-                              static_cast<unsigned>(i / (uint64_t{block.x} * block.y))};
-            resume_fiber(f, r);
+          // Run the ready threads; then wake those whose mbarrier phase has completed, and again.
+          for (bool woken = true; woken;) {
+            for (size_t i = 0; i < n; ++i) {
+              fiber& f = fibers[i];
+              if (f.state != fiber::ready) continue;
+              threadIdx = uint3{static_cast<unsigned>(i % block.x),
+                                static_cast<unsigned>(i / block.x % block.y),
+                                static_cast<unsigned>(i / (uint64_t{block.x} * block.y))};
+              resume_fiber(f, r);
+            }
+            woken = false;
+            for (size_t i = 0; i < n; ++i) {
+              fiber& f = fibers[i];
+              if (f.state == fiber::polling && mbarrier_passed(r, f.poll_barrier, f.poll_parity)) {
+                f.state = fiber::ready;
+                woken = true;
+              }
+            }
           }
           // Every thread must wait at the same __syncthreads: count those at the first one's.
+          // A thread still waiting on an mbarrier can never pass: its phase cannot complete.
           const fiber* first = nullptr;
           const fiber* other = nullptr;
+          const fiber* stuck = nullptr;
           size_t waiting = 0, at_first = 0;
           for (size_t i = 0; i < n; ++i) {
             const fiber& f = fibers[i];
+            if (f.state == fiber::polling && !stuck) stuck = &f;
             if (f.state != fiber::waiting) continue;
             ++waiting;
             if (!first) first = &f;
@@ -440,6 +521,17 @@ inline void launch(const char* what, dim3 grid, dim3 block, const std::function<
               ++at_first;
             else if (!other)
               other = &f;
+          }
+          if (stuck) {
+            std::fprintf(stderr,
+                         "tessera cuda emulation: %s, block (%u, %u, %u): a thread waits on the "
+                         "mbarrier at shared byte %u (%s:%d) for a phase that cannot complete\n",
+                         what, bx, by, bz, stuck->poll_barrier, stuck->barrier_file,
+                         stuck->barrier_line);
+            running = nullptr;
+            dynamic_smem = nullptr;
+            record(cudaErrorLaunchFailure);
+            return;
           }
           if (waiting == 0) break;  // the block has finished
           if (at_first != n) {
@@ -458,6 +550,14 @@ inline void launch(const char* what, dim3 grid, dim3 block, const std::function<
           }
           for (size_t i = 0; i < n; ++i) fibers[i].state = fiber::ready;
         }
+        for (const auto& [at, b] : r.barriers)
+          if (!b.copies.empty()) {
+            std::fprintf(stderr,
+                         "tessera cuda emulation: the block ended with TMA copies on the mbarrier "
+                         "at shared byte %u never waited for\n",
+                         at);
+            r.failed = true;
+          }
         if (r.failed) {
           std::fprintf(stderr, "tessera cuda emulation: %s, block (%u, %u, %u) failed\n", what, bx,
                        by, bz);
@@ -521,6 +621,95 @@ inline void wgmma_commit() { current_fiber("wgmma.commit_group").wgmma.commit();
 /// wgmma.wait_group n: every committed group but the newest n completes (runs), oldest first.
 inline void wgmma_wait(size_t newest_pending) {
   current_fiber("wgmma.wait_group").wgmma.complete(newest_pending, [](auto& run) { run(); });
+}
+
+/// mbarrier.init.shared::cta.b64 [at], count: a barrier whose phases complete after `count`
+/// arrivals (8-byte aligned, inside the launch's dynamic shared memory).
+inline void mbarrier_init(uint32_t at, unsigned count) {
+  current_fiber("mbarrier.init");
+  if (at % 8 != 0 || at + 8 > dynamic_smem_bytes || count == 0 || count >= (1u << 20)) {
+    std::fprintf(stderr,
+                 "tessera cuda emulation: mbarrier.init at shared byte %u with count %u: 8-byte "
+                 "aligned inside the launch's shared memory, count in [1, 2^20)\n",
+                 at, count);
+    running->failed = true;
+    return;
+  }
+  running->barriers[at] = mbarrier{static_cast<int>(count), static_cast<int>(count), 0, 0, {}};
+}
+
+/// mbarrier.arrive[.expect_tx] on the barrier at `at`: first adds tx bytes to those its current
+/// phase expects, then counts this thread's arrival (which may complete the phase). An arrival
+/// on a phase whose arrivals are all made (only copies outstanding) lands those first, as a GPU
+/// would have by then; one beyond that fails the launch.
+inline void mbarrier_arrive(uint32_t at, uint32_t tx = 0) {
+  current_fiber("mbarrier.arrive");
+  block_run& r = *running;
+  mbarrier* const b = find_mbarrier(r, at, "mbarrier.arrive");
+  if (!b) return;
+  if (b->pending == 0) mbarrier_settle(r, *b);
+  if (b->pending == 0) {
+    std::fprintf(stderr,
+                 "tessera cuda emulation: an arrival on the mbarrier at shared byte %u beyond its "
+                 "phase's count of %d\n",
+                 at, b->count);
+    r.failed = true;
+    return;
+  }
+  b->tx += tx;
+  --b->pending;
+  if (b->pending == 0 && b->copies.empty()) mbarrier_settle(r, *b);
+}
+
+/// Waits (parking this thread, so the others run) until the phase of parity `parity` of the
+/// mbarrier at `at` has completed: mbarrier.try_wait.parity in a loop.
+inline void mbarrier_wait(uint32_t at, unsigned parity, const char* file, int line) {
+  fiber& f = current_fiber("mbarrier.try_wait");
+  block_run& r = *running;
+  while (!mbarrier_passed(r, at, parity)) {
+    f.state = fiber::polling;
+    f.poll_barrier = at;
+    f.poll_parity = parity;
+    f.barrier_file = file;
+    f.barrier_line = line;
+    asan_enter(&f.asan_fake_stack, r.scheduler_stack, r.scheduler_stack_bytes);
+    swapcontext(&f.ctx, &r.scheduler);
+    asan_entered(f.asan_fake_stack, &r.scheduler_stack, &r.scheduler_stack_bytes);
+  }
+}
+
+/// When TMA copies land: late (default), when their barrier's phase completes, so a thread that
+/// reads a stage without waiting for its barrier reads stale data; or early, at once when
+/// issued, so a producer that refills a stage before the readers of its previous contents are
+/// done (a barrier released too soon) overwrites what they still read. Tests run kernels both
+/// ways; a GPU lands them anywhere in between.
+inline bool tma_lands_early = false;
+
+/// Queues a TMA copy of `bytes` on the mbarrier at `at` (cuda.h's tma_load): `land` performs it
+/// when the barrier's current phase completes (or now: tma_lands_early). A copy whose
+/// destination covers a barrier fails the launch.
+inline void mbarrier_queue_copy(uint32_t at, uint32_t dst, int64_t bytes,
+                                std::function<void()> land) {
+  current_fiber("cp.async.bulk.tensor");
+  block_run& r = *running;
+  mbarrier* const b = find_mbarrier(r, at, "cp.async.bulk.tensor");
+  if (!b) return;
+  const auto over = r.barriers.lower_bound(dst);
+  if (over != r.barriers.end() && over->first < dst + bytes) {
+    std::fprintf(stderr,
+                 "tessera cuda emulation: a TMA copy to shared bytes [%u, %lld) covers the "
+                 "mbarrier at %u\n",
+                 dst, static_cast<long long>(dst + bytes), over->first);
+    r.failed = true;
+    return;
+  }
+  if (!tma_lands_early) {
+    b->copies.emplace_back(bytes, std::move(land));
+    return;
+  }
+  land();
+  b->tx -= bytes;
+  if (b->pending == 0) mbarrier_settle(r, *b);
 }
 
 /// A warp-collective call (op names it): publishes this lane's `bytes` of operands, waits until

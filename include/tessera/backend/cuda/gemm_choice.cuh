@@ -19,6 +19,14 @@ inline cuda_kernel_choice& cuda_gemm_choice(cuda_gemm_pipeline k) {
   return choices[static_cast<int>(k)];
 }
 
+/// Whether the wgmma pipeline may feed its products through TMA (gemm_wgmma_tma.cuh) where they
+/// qualify, and how many launches it has had; those launches count as the wgmma pipeline's too.
+/// Switched off, every wgmma product runs on the cp.async-fed kernel (tests run both).
+inline cuda_kernel_choice& cuda_wgmma_tma_choice() {
+  static cuda_kernel_choice choice;
+  return choice;
+}
+
 /// Makes dispatch start at `first`: switches off the pipelines tried before it and on the rest.
 /// cuda_gemm_start_at(cuda_gemm_pipeline::wgmma) is the default; `none` leaves the products to
 /// the register-staged kernel. Tests and benchmarks use it to run each kernel on the same inputs.

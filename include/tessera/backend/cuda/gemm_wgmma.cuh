@@ -30,7 +30,8 @@
 //    products queued while a warpgroup reaches the barrier. That slot is rewritten two steps
 //    later, not one (cuda_pipelined_k_loop's Lag = 1), so with five slots the copies still run
 //    three steps ahead (161 KiB of shared memory).
-// Not yet: TMA (cp.async.bulk.tensor) for the copies, warp-specialised producers, clusters.
+// The TMA-fed, warp-specialised variant (gemm_wgmma_tma.cuh) takes the products it can (not
+// tf32, not the channels-last gather); this kernel the rest. Not yet: clusters (multicast).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -47,6 +48,7 @@
 #include "gemm_choice.cuh"
 #include "gemm_mma.cuh"
 #include "gemm_tc.cuh"
+#include "gemm_wgmma_tma.cuh"
 #include "launch.hpp"
 #include "memory.hpp"
 #include "wgmma.cuh"
@@ -56,57 +58,9 @@ namespace detail {
 
 inline constexpr int cuda_wgmma_threads = 256;    // 2 warpgroups, 64 x 128 outputs each
 inline constexpr int cuda_wgmma_stages = 5;       // copies 3 steps ahead, 1 product in flight
-inline constexpr int cuda_wgmma_row_bytes = 128;  // of k per operand row and stage, any type
-inline constexpr int cuda_wgmma_bk = 64;  // k per stage for 16-bit elements (the mn-major tiles)
-inline constexpr int cuda_wgmma_tile_bytes = cuda_tc_bm * cuda_wgmma_row_bytes;  // operand, stage
-inline constexpr int cuda_wgmma_atom = 1024;  // bytes: 8 rows of 128, the swizzle's period
 /// The stages, and room to align them to an atom.
 inline constexpr int cuda_wgmma_smem_bytes =
     cuda_wgmma_stages * 2 * cuda_wgmma_tile_bytes + cuda_wgmma_atom;
-
-/// A stage's tile with k contiguous (A row-major, B column-major), V elements per 16-byte chunk:
-/// [128][8 V], 128-byte rows; chunk c of row o is stored at c ^ (o % 8). In descriptor terms:
-/// 8-row groups 1024 bytes apart (the stride byte offset), k within a row (no leading byte
-/// offset). The same bytes for every element size: each instruction reads 32 bytes of k.
-template <int V = 8>
-struct cuda_wgmma_k_major {
-  __host__ __device__ static int at(int o, int k) {
-    return o * 8 * V + ((k / V) ^ (o & 7)) * V + k % V;
-  }
-};
-
-/// A stage's tile with m or n contiguous (A column-major, B row-major), 16-bit elements: two
-/// atoms columns of 64 elements, each [64 k][64] with 128-byte rows, chunk c of row k at
-/// c ^ (k % 8). In descriptor terms: 8-row groups of k 1024 bytes apart (stride byte offset),
-/// the second 64 columns 8192 bytes on (leading byte offset).
-struct cuda_wgmma_mn_major {
-  static constexpr int column_bytes = cuda_wgmma_bk * 128;  // one 64-wide column of atoms
-  __host__ __device__ static int at(int k, int o) {
-    return (o >> 6) * (column_bytes / 2) + k * 64 + ((((o & 63) >> 3) ^ (k & 7)) << 3) + (o & 7);
-  }
-};
-
-/// The descriptor of A's k step s (32 bytes of k) for warpgroup wg (rows 64 wg .. 64 wg + 63) in
-/// the stage tile at shared address tile (ACol: m-contiguous).
-template <bool ACol>
-__host__ __device__ __forceinline__ uint64_t cuda_wgmma_a_desc(uint32_t tile, int wg, int s) {
-  if constexpr (ACol)  // the warpgroup's 64 rows are one atom column; k steps 2 atoms down
-    return cuda_wgmma_desc(tile + wg * cuda_wgmma_mn_major::column_bytes + s * 2 * cuda_wgmma_atom,
-                           cuda_wgmma_mn_major::column_bytes, cuda_wgmma_atom);
-  else  // 64 rows of 128 bytes in; k steps 32 bytes along the row (the swizzle is the hardware's)
-    return cuda_wgmma_desc(tile + wg * 64 * 128 + s * 32, 16, cuda_wgmma_atom);
-}
-
-/// The descriptor of B's k step s (all 128 columns) in the stage tile at shared address tile
-/// (BCol: k-contiguous).
-template <bool BCol>
-__host__ __device__ __forceinline__ uint64_t cuda_wgmma_b_desc(uint32_t tile, int s) {
-  if constexpr (BCol)
-    return cuda_wgmma_desc(tile + s * 32, 16, cuda_wgmma_atom);
-  else
-    return cuda_wgmma_desc(tile + s * 2 * cuda_wgmma_atom, cuda_wgmma_mn_major::column_bytes,
-                           cuda_wgmma_atom);
-}
 
 /// One 128 x 128 tile of matrix blockIdx.z per block on wgmma with In inputs (cuda_mma_op's
 /// types; TA, TB of In's size): A row-major (a_cs == 1) or column-major (ACol), B likewise (only
@@ -128,6 +82,7 @@ __global__ void __launch_bounds__(cuda_wgmma_threads, 1)
   constexpr int V = Op::v;
   static_assert(sizeof(TA) == sizeof(E) && sizeof(TB) == sizeof(E));
   static_assert(Op::size == 2 || (!ACol && BCol), "only 16-bit operands may be m/n-contiguous");
+  static_assert(cuda_tc_bm == cuda_wgmma_tile_rows && cuda_tc_bn == cuda_wgmma_tile_rows);
   using ATile = std::conditional_t<ACol, cuda_wgmma_mn_major, cuda_wgmma_k_major<V> >;
   using BTile = std::conditional_t<BCol, cuda_wgmma_k_major<V>, cuda_wgmma_mn_major>;
   constexpr int BM = cuda_tc_bm, BN = cuda_tc_bn, BK = cuda_wgmma_row_bytes / Op::size;
@@ -185,15 +140,7 @@ __global__ void __launch_bounds__(cuda_wgmma_threads, 1)
           });
     cuda_wgmma_wait<0>();                       // the accumulators are complete
     Acc* const part = cuda_gemm_part_of(p, z);  // split k: raw sums, else null
-    // Epilogue from the registers (cuda_wgmma_m64n128's layout).
-    const int64_t r0 = m0 + 64 * wg + 16 * (l / 32) + l % 32 / 4, c0 = n0 + l % 4 * 2;
-#pragma unroll
-    for (int j = 0; j < 16; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int64_t gi = r0 + (r >> 1) * 8, gj = c0 + 8 * j + (r & 1);
-        if (gi < p.m && gj < p.n) cuda_gemm_store_part(p, c, part, gi, gj, acc[4 * j + r]);
-      }
+    cuda_wgmma_store_tile(p, c, part, m0, n0, wg, l, acc);
     __syncthreads();  // every warpgroup is done with the stages before the next matrix's copies
   }
 #endif
@@ -221,15 +168,18 @@ inline bool cuda_wgmma_built() {
   return built;
 }
 
-/// Launches cuda_gemm_wgmma for one layout pair (with Gather: a channels-last convolution,
-/// cuda_copy_pipelined_step); false when not built for sm_90a, switched off
-/// (cuda_gemm_choice(cuda_gemm_pipeline::wgmma)) or the device refuses its shared memory.
+/// Launches a wgmma kernel for one layout pair: the TMA-fed one where it applies
+/// (cuda_gemm_wgmma_tma_launch), else cuda_gemm_wgmma (with Gather: a channels-last
+/// convolution, cuda_copy_pipelined_step); false when not built for sm_90a, switched off
+/// (cuda_gemm_choice(cuda_gemm_pipeline::wgmma)) or the device refuses the shared memory.
 template <class In, bool ACol, bool BCol, bool Gather = false, class TA, class TB, class TC>
 bool cuda_gemm_wgmma_launch(dim3 grid,
                             const cuda_gemm_args<TA, TB, typename cuda_mma_op<In>::acc, TC>& p,
                             int64_t batch) {
-  return cuda_wgmma_built() &&
-         cuda_try_launch_smem<cuda_gemm_wgmma<In, TA, TB, ACol, BCol, TC, Gather>,
+  if (!cuda_wgmma_built() || !cuda_gemm_choice(cuda_gemm_pipeline::wgmma).enabled) return false;
+  if constexpr (!Gather)
+    if (cuda_gemm_wgmma_tma_launch<In, ACol, BCol>(grid, p, batch)) return true;
+  return cuda_try_launch_smem<cuda_gemm_wgmma<In, TA, TB, ACol, BCol, TC, Gather>,
                               cuda_wgmma_smem_bytes>(cuda_gemm_choice(cuda_gemm_pipeline::wgmma),
                                                      "cuda_gemm_wgmma", grid,
                                                      dim3(cuda_wgmma_threads), p, batch);

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "gemm_args.cuh"
 #include "mma_sync.cuh"
 
 TESSERA_BEGIN_NAMESPACE
@@ -55,6 +56,57 @@ __host__ __device__ __forceinline__ uint64_t cuda_wgmma_desc(uint32_t address, u
                                                              uint32_t sbo) {
   return uint64_t{(address & 0x3ffffu) >> 4} | uint64_t{(lbo & 0x3ffffu) >> 4} << 16 |
          uint64_t{(sbo & 0x3ffffu) >> 4} << 32 | uint64_t{1} << 62;
+}
+
+// The tiles gemm_wgmma.cuh's kernels stage, in canonical layouts of the 128-byte swizzle mode.
+
+inline constexpr int cuda_wgmma_row_bytes = 128;  // of k per operand row and stage, any type
+inline constexpr int cuda_wgmma_bk = 64;  // k per stage for 16-bit elements (the mn-major tiles)
+inline constexpr int cuda_wgmma_tile_rows = 128;  // rows (of A) or columns (of B) per tile
+inline constexpr int cuda_wgmma_tile_bytes = cuda_wgmma_tile_rows * cuda_wgmma_row_bytes;  // operand, stage
+inline constexpr int cuda_wgmma_atom = 1024;  // bytes: 8 rows of 128, the swizzle's period
+/// A stage's tile with k contiguous (A row-major, B column-major), V elements per 16-byte chunk:
+/// [128][8 V], 128-byte rows; chunk c of row o is stored at c ^ (o % 8). In descriptor terms:
+/// 8-row groups 1024 bytes apart (the stride byte offset), k within a row (no leading byte
+/// offset). The same bytes for every element size: each instruction reads 32 bytes of k.
+template <int V = 8>
+struct cuda_wgmma_k_major {
+  __host__ __device__ static int at(int o, int k) {
+    return o * 8 * V + ((k / V) ^ (o & 7)) * V + k % V;
+  }
+};
+
+/// A stage's tile with m or n contiguous (A column-major, B row-major), 16-bit elements: two
+/// atoms columns of 64 elements, each [64 k][64] with 128-byte rows, chunk c of row k at
+/// c ^ (k % 8). In descriptor terms: 8-row groups of k 1024 bytes apart (stride byte offset),
+/// the second 64 columns 8192 bytes on (leading byte offset).
+struct cuda_wgmma_mn_major {
+  static constexpr int column_bytes = cuda_wgmma_bk * 128;  // one 64-wide column of atoms
+  __host__ __device__ static int at(int k, int o) {
+    return (o >> 6) * (column_bytes / 2) + k * 64 + ((((o & 63) >> 3) ^ (k & 7)) << 3) + (o & 7);
+  }
+};
+
+/// The descriptor of A's k step s (32 bytes of k) for warpgroup wg (rows 64 wg .. 64 wg + 63) in
+/// the stage tile at shared address tile (ACol: m-contiguous).
+template <bool ACol>
+__host__ __device__ __forceinline__ uint64_t cuda_wgmma_a_desc(uint32_t tile, int wg, int s) {
+  if constexpr (ACol)  // the warpgroup's 64 rows are one atom column; k steps 2 atoms down
+    return cuda_wgmma_desc(tile + wg * cuda_wgmma_mn_major::column_bytes + s * 2 * cuda_wgmma_atom,
+                           cuda_wgmma_mn_major::column_bytes, cuda_wgmma_atom);
+  else  // 64 rows of 128 bytes in; k steps 32 bytes along the row (the swizzle is the hardware's)
+    return cuda_wgmma_desc(tile + wg * 64 * 128 + s * 32, 16, cuda_wgmma_atom);
+}
+
+/// The descriptor of B's k step s (all 128 columns) in the stage tile at shared address tile
+/// (BCol: k-contiguous).
+template <bool BCol>
+__host__ __device__ __forceinline__ uint64_t cuda_wgmma_b_desc(uint32_t tile, int s) {
+  if constexpr (BCol)
+    return cuda_wgmma_desc(tile + s * 32, 16, cuda_wgmma_atom);
+  else
+    return cuda_wgmma_desc(tile + s * 2 * cuda_wgmma_atom, cuda_wgmma_mn_major::column_bytes,
+                           cuda_wgmma_atom);
 }
 
 /// wgmma.fence: orders this thread's earlier accesses of the accumulator registers before the
@@ -171,6 +223,23 @@ __device__ __forceinline__ void cuda_wgmma_m64n128(Acc (&d)[64], uint64_t a, uin
 }
 
 #undef TESSERA_WGMMA_M64N128
+
+/// The epilogue of a warpgroup's m64n128 accumulators (thread l of warpgroup wg, in
+/// cuda_wgmma_m64n128's layout) for the block's tile at (m0, n0): every output inside the
+/// product through cuda_gemm_store_part (the raw sum into part under a split k).
+template <class TA, class TB, class Acc, class TC>
+__device__ __forceinline__ void cuda_wgmma_store_tile(const cuda_gemm_args<TA, TB, Acc, TC>& p,
+                                                      TC* c, Acc* part, int64_t m0, int64_t n0,
+                                                      int wg, int l, const Acc (&acc)[64]) {
+  const int64_t r0 = m0 + 64 * wg + 16 * (l / 32) + l % 32 / 4, c0 = n0 + l % 4 * 2;
+#pragma unroll
+  for (int j = 0; j < 16; ++j)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int64_t gi = r0 + (r >> 1) * 8, gj = c0 + 8 * j + (r & 1);
+      if (gi < p.m && gj < p.n) cuda_gemm_store_part(p, c, part, gi, gj, acc[4 * j + r]);
+    }
+}
 
 }  // namespace detail
 TESSERA_END_NAMESPACE
