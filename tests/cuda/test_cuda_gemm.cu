@@ -607,6 +607,120 @@ TYPED_TEST(CudaGemmMma8, PartialChunksStridesAndBatchesMatchCpu) {
       this->ints({3, 64, 72}, 510), b2t);
 }
 
+// The TMA-fed wgmma kernel (gemm_wgmma_tma.cuh) under both landing orders of the emulation
+// (tests/cuda_emu): copies land late by default, when their barrier's phase completes, so a
+// stage read without waiting on its `full` barrier is stale; early, when issued, so a slot that
+// its readers release before their wgmma is done is overwritten under them. k long enough to
+// reuse every one of the six slots twice; bf16 in every layout, int8, a strided batch, split k.
+// On a GPU both passes are the same run.
+TEST(CudaGemmWgmmaTma, MatchesCpuWhetherCopiesLandEarlyOrLate) {
+  namespace d = ts::detail;
+  if (!no_gpu_reason().empty()) GTEST_SKIP() << "no CUDA device visible (" << no_gpu_reason() << ")";
+  if (!d::cuda_wgmma_built()) GTEST_SKIP() << "wgmma not built for this device (sm_90a)";
+  using bf = ts::bfloat16;
+  const auto mm = [](const auto& x, const auto& y) { return ts::matmul(x, y); };
+  const auto t = [](const auto& x) { return x.transpose(-2, -1); };
+  const auto a = small_ints<bf>({136, 1000}, 901), b = small_ints<bf>({1000, 72}, 902);
+  const auto at = small_ints<bf>({1000, 136}, 903), bt = small_ints<bf>({72, 1000}, 904);
+  const auto a3 = small_ints<bf>({3, 40, 1000}, 905), b3 = small_ints<bf>({3, 1000, 24}, 906);
+  const auto i8 = small_ints<int8_t>({40, 1000}, 907, -100, 100),
+             j8 = small_ints<int8_t>({24, 1000}, 908, -100, 100);
+  for (const bool early : {false, true}) {
+#if defined(TESSERA_CUDA_HOST_EMULATION)
+    tessera_cuda_emulation::tma_lands_early = early;
+#endif
+    const std::string tag = early ? " (copies land early)" : " (copies land late)";
+    const int64_t before = d::cuda_wgmma_tma_choice().launches.load();
+    expect_same("bf16 a b" + tag, 0, 0, mm, a, b);
+    expect_same("bf16 a^T b" + tag, 0, 0, [&](const auto& x, const auto& y) { return mm(t(x), y); },
+                at, b);
+    expect_same("bf16 a b^T" + tag, 0, 0, [&](const auto& x, const auto& y) { return mm(x, t(y)); },
+                a, bt);
+    expect_same("bf16 a^T b^T" + tag, 0, 0,
+                [&](const auto& x, const auto& y) { return mm(t(x), t(y)); }, at, bt);
+    expect_same("bf16 batched" + tag, 0, 0, mm, a3, b3);
+    expect_same("int8 a b^T" + tag, 0, 0, [&](const auto& x, const auto& y) { return mm(x, t(y)); },
+                i8, j8);
+    {
+      const split_k_scope split(3);
+      expect_same("bf16 split in 3" + tag, 0, 0, mm, a3, b3);
+    }
+    EXPECT_EQ(d::cuda_wgmma_tma_choice().launches.load() - before, 7) << tag << ": fed by TMA";
+  }
+#if defined(TESSERA_CUDA_HOST_EMULATION)
+  tessera_cuda_emulation::tma_lands_early = false;
+#endif
+}
+
+#if defined(TESSERA_CUDA_HOST_EMULATION)
+// The emulation's model of TMA and mbarriers (tests/cuda_emu/include/cuda.h, cuda_runtime.h),
+// which the kernel test above relies on: a copy of a box lands in the 128-byte swizzled layout
+// with zeros outside the tensor, only when its barrier's phase completes; a phase that cannot
+// complete fails the launch instead of hanging.
+namespace tma_probe {
+/// Thread 0 copies the box at (c0, c1) of `op` into shared memory, announcing `expect` bytes;
+/// thread 1 records the first shared byte before waiting (stale: still the 0xff fill) and, after
+/// the wait, the whole box as it lies in shared memory.
+__global__ void copy_box(const __grid_constant__ ts::detail::cuda_tma_operand op, int32_t c0,
+                         int32_t c1, uint32_t expect, unsigned char* before, unsigned char* out,
+                         int bytes) {
+  namespace d = ts::detail;
+  unsigned char* const smem = d::cuda_dynamic_smem();
+  const uint32_t base = d::cuda_smem_address(smem), bar = base + static_cast<uint32_t>(bytes);
+  if (threadIdx.x == 0) d::cuda_mbarrier_init(bar, 1);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    d::cuda_mbarrier_arrive_expect_tx(bar, expect);
+    d::cuda_tma_load(base, op, c0, c1, 0, bar);
+  }
+  if (threadIdx.x == 1) {
+    *before = smem[0];
+    d::cuda_mbarrier_wait(bar, 0);
+    for (int i = 0; i < bytes; ++i) out[i] = smem[i];
+  }
+}
+}  // namespace tma_probe
+
+TEST(CudaEmulationTma, CopiesLandSwizzledWithZerosWhenTheirPhaseCompletes) {
+  namespace d = ts::detail;
+  // A 100 x 70 int8 matrix with rows of 80 bytes; the box of 128 bytes x 64 rows at (-8, 40)
+  // reaches past every edge but the top one.
+  constexpr int rows = 100, cols = 70, pitch = 80, box_rows = 64, bytes = 128 * box_rows;
+  std::vector<uint8_t> host(rows * pitch);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<uint8_t>(1 + i % 251);
+  const auto m = ts::from_vector(host, {rows * pitch}).to<ts::cuda>();
+  d::cuda_tma_operand op{};
+  ASSERT_TRUE(d::cuda_tma_operand_of(op, m.data(), 1, cols, rows, pitch, 1, 0, box_rows));
+  const d::cuda_scratch before(16), out(bytes);
+  auto* const b = static_cast<unsigned char*>(before.get());
+  auto* const o = static_cast<unsigned char*>(out.get());
+  d::cuda_launch_smem("copy_box", tma_probe::copy_box, dim3(1), dim3(2), bytes + 8, op, -8, 40,
+                      uint32_t{bytes}, b, o, bytes);
+  unsigned char stale = 0;
+  std::vector<unsigned char> got(bytes);
+  ASSERT_EQ(cudaMemcpy(&stale, b, 1, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(got.data(), o, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(stale, 0xff) << "the copy landed before its phase completed";
+  for (int r = 0; r < box_rows; ++r)
+    for (int c = 0; c < 128; ++c) {
+      const int y = 40 + r, x = -8 + c;
+      const int want = y < rows && x >= 0 && x < cols ? host[static_cast<size_t>(y * pitch + x)] : 0;
+      const int at = (r * 128 + c) ^ ((r % 8) << 4);  // the 128-byte swizzle
+      ASSERT_EQ(got[static_cast<size_t>(at)], want) << "box row " << r << ", byte " << c;
+    }
+  // A phase expecting more bytes than come never completes: the launch fails.
+  EXPECT_THROW(d::cuda_launch_smem("copy_box", tma_probe::copy_box, dim3(1), dim3(2), bytes + 8,
+                                   op, 0, 0, uint32_t{bytes + 16}, b, o, bytes),
+               ts::backend_error);
+  // Fewer: the copy brings more than expected.
+  EXPECT_THROW(d::cuda_launch_smem("copy_box", tma_probe::copy_box, dim3(1), dim3(2), bytes + 8,
+                                   op, 0, 0, uint32_t{bytes - 16}, b, o, bytes),
+               ts::backend_error);
+  // The driver's checks: a row stride that is not a multiple of 16 bytes.
+  EXPECT_FALSE(d::cuda_tma_operand_of(op, m.data(), 1, cols, rows, 70, 1, 0, box_rows));
+}
+#endif
+
 // The mma.sync kernel's swizzled (or padded) stage tiles (gemm_mma.cuh), checked on the host (no
 // GPU needed): every element has its own place, each 16-byte chunk stays contiguous and aligned
 // (cp.async and ldmatrix move whole chunks), and neither the copies in nor the ldmatrix reads
