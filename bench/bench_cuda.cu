@@ -13,6 +13,9 @@
 //                                     fp16, bf16, int8 and fp8 squares also tessera_mma: the
 //                                     mma.sync kernel where tessera rows run wgmma (built for
 //                                     sm_90a; tf32 B packed k-contiguous first); for
+//                                     fp16, bf16, int8 and fp8 squares also tessera_cp_async:
+//                                     the wgmma kernel fed by cp.async from every thread where
+//                                     tessera rows feed it by TMA (gemm_wgmma_tma.cuh); for
 //                                     tf32, fp16 and bf16 squares also tessera_wmma: the WMMA
 //                                     pipeline where tessera rows run mma.sync; for int8 and fp8
 //                                     squares also tessera_staged (the register-staged WMMA
@@ -260,9 +263,11 @@ void cublas_gemm(const gemm_inputs<K>& in, const DevT<typename gemm_types<K>::ou
 /// bf16); tessera_staged: the register-staged kernel (pipelines off); tessera_tn: the default
 /// choice with B given k-contiguous (int8, and tf32 on wgmma: no pack; tf32 on mma.sync: B's
 /// fragments by ldmatrix rather than 32-bit loads); tessera_whole_k: the default choice with k
-/// never split (what the split gains on products with few tiles, gemm_split.cuh).
+/// never split (what the split gains on products with few tiles, gemm_split.cuh);
+/// tessera_cp_async: the wgmma kernel without its TMA feed (what TMA gains).
 enum class impl {
   tessera,
+  tessera_cp_async,
   tessera_mma,
   tessera_wmma,
   tessera_staged,
@@ -288,6 +293,10 @@ void bm_gemm(benchmark::State& st, impl who, int64_t m, int64_t k, int64_t n, do
       }
       ~kernel_scope() { ts::detail::cuda_gemm_start_at(pipeline::wgmma); }
     } const kernels(who);
+    struct tma_scope {  // the wgmma kernel's TMA feed, off for tessera_cp_async rows
+      explicit tma_scope(bool on) { ts::detail::cuda_wgmma_tma_choice().enabled = on; }
+      ~tma_scope() { ts::detail::cuda_wgmma_tma_choice().enabled = true; }
+    } const feed(who != impl::tessera_cp_async);
     const split_scope split(who == impl::tessera_whole_k ? 1 : 0);
     // tf32 is tessera's float product under matmul_precision::high (restored on the way out).
     const precision_scope scope(K == kind::tf32 ? ts::matmul_precision::high
@@ -318,14 +327,18 @@ void add_gemm(const char* type, int64_t m, int64_t k, int64_t n, double tol, int
   // Kinds where tessera rows (B row-major) run wgmma when built for sm_90a.
   constexpr bool has_wgmma =
       K == kind::tf32 || K == kind::fp16 || K == kind::bf16 || K == kind::int8 || K == kind::fp8;
-  for (impl who : {impl::tessera, impl::tessera_mma, impl::tessera_wmma, impl::tessera_staged,
-                   impl::tessera_tn, impl::tessera_whole_k, impl::cublas}) {
+  // Kinds whose wgmma products the TMA feed takes (not tf32).
+  constexpr bool has_tma = has_wgmma && K != kind::tf32;
+  for (impl who : {impl::tessera, impl::tessera_cp_async, impl::tessera_mma, impl::tessera_wmma,
+                   impl::tessera_staged, impl::tessera_tn, impl::tessera_whole_k, impl::cublas}) {
     if ((who == impl::tessera_whole_k && !whole_k) || (who == impl::tessera_staged && !variants) ||
+        (who == impl::tessera_cp_async && !(variants && has_tma)) ||
         (who == impl::tessera_mma && !(variants && has_wgmma)) ||
         (who == impl::tessera_wmma && !(variants && has_mma)) ||
         (who == impl::tessera_tn && !(variants && has_tn)))
       continue;
-    const char* name = who == impl::tessera           ? "/tessera/"
+    const char* name = who == impl::tessera            ? "/tessera/"
+                       : who == impl::tessera_cp_async ? "/tessera_cp_async/"
                        : who == impl::tessera_mma     ? "/tessera_mma/"
                        : who == impl::tessera_wmma    ? "/tessera_wmma/"
                        : who == impl::tessera_staged  ? "/tessera_staged/"
