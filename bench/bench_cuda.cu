@@ -339,12 +339,12 @@ void add_gemm(const char* type, int64_t m, int64_t k, int64_t n, double tol, int
       continue;
     const char* name = who == impl::tessera            ? "/tessera/"
                        : who == impl::tessera_cp_async ? "/tessera_cp_async/"
-                       : who == impl::tessera_mma     ? "/tessera_mma/"
-                       : who == impl::tessera_wmma    ? "/tessera_wmma/"
-                       : who == impl::tessera_staged  ? "/tessera_staged/"
-                       : who == impl::tessera_tn      ? "/tessera_tn/"
-                       : who == impl::tessera_whole_k ? "/tessera_whole_k/"
-                                                      : "/cublas/";
+                       : who == impl::tessera_mma      ? "/tessera_mma/"
+                       : who == impl::tessera_wmma     ? "/tessera_wmma/"
+                       : who == impl::tessera_staged   ? "/tessera_staged/"
+                       : who == impl::tessera_tn       ? "/tessera_tn/"
+                       : who == impl::tessera_whole_k  ? "/tessera_whole_k/"
+                                                       : "/cublas/";
     add_timed(std::string("gemm_") + type + name + shape, iterations,
               [=](benchmark::State& st) { bm_gemm<K>(st, who, m, k, n, tol); });
   }

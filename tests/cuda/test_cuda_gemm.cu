@@ -492,9 +492,10 @@ class CudaGemmMma8 : public CudaFixture {
     using kernel = d::cuda_gemm_pipeline;  // none: the register-staged kernel
     const auto launches = [](kernel k) { return d::cuda_gemm_choice(k).launches.load(); };
     // wgmma twice: fed by TMA where the product allows it, and by cp.async.
-    const std::pair<kernel, bool> passes[] = {
-        {kernel::wgmma, true}, {kernel::wgmma, false}, {kernel::mma_sync, false},
-        {kernel::none, false}};
+    const std::pair<kernel, bool> passes[] = {{kernel::wgmma, true},
+                                              {kernel::wgmma, false},
+                                              {kernel::mma_sync, false},
+                                              {kernel::none, false}};
     for (const auto& [k, tma] : passes) {
       d::cuda_gemm_start_at(k);
       const tma_scope feed(tma);
@@ -502,10 +503,10 @@ class CudaGemmMma8 : public CudaFixture {
       const int64_t tma_before = d::cuda_wgmma_tma_choice().launches.load();
       const int64_t mma_before = launches(kernel::mma_sync);
       const int64_t packs = d::cuda_gemm_packed_operands().load();
-      const std::string name = what + (k == kernel::wgmma ? (tma ? " (wgmma, TMA)"
-                                                                 : " (wgmma, cp.async)")
-                                       : k == kernel::mma_sync ? " (mma.sync)"
-                                                               : " (register-staged)");
+      const std::string name =
+          what + (k == kernel::wgmma      ? (tma ? " (wgmma, TMA)" : " (wgmma, cp.async)")
+                  : k == kernel::mma_sync ? " (mma.sync)"
+                                          : " (register-staged)");
       expect_same(name, 0, 0, op, xs...);
       const bool wgmma_runs = k == kernel::wgmma && d::cuda_wgmma_built();
       const bool mma_runs = !wgmma_runs && k != kernel::none && tensor_cores();
@@ -615,7 +616,8 @@ TYPED_TEST(CudaGemmMma8, PartialChunksStridesAndBatchesMatchCpu) {
 // On a GPU both passes are the same run.
 TEST(CudaGemmWgmmaTma, MatchesCpuWhetherCopiesLandEarlyOrLate) {
   namespace d = ts::detail;
-  if (!no_gpu_reason().empty()) GTEST_SKIP() << "no CUDA device visible (" << no_gpu_reason() << ")";
+  if (!no_gpu_reason().empty())
+    GTEST_SKIP() << "no CUDA device visible (" << no_gpu_reason() << ")";
   if (!d::cuda_wgmma_built()) GTEST_SKIP() << "wgmma not built for this device (sm_90a)";
   using bf = ts::bfloat16;
   const auto mm = [](const auto& x, const auto& y) { return ts::matmul(x, y); };
@@ -632,15 +634,17 @@ TEST(CudaGemmWgmmaTma, MatchesCpuWhetherCopiesLandEarlyOrLate) {
     const std::string tag = early ? " (copies land early)" : " (copies land late)";
     const int64_t before = d::cuda_wgmma_tma_choice().launches.load();
     expect_same("bf16 a b" + tag, 0, 0, mm, a, b);
-    expect_same("bf16 a^T b" + tag, 0, 0, [&](const auto& x, const auto& y) { return mm(t(x), y); },
-                at, b);
-    expect_same("bf16 a b^T" + tag, 0, 0, [&](const auto& x, const auto& y) { return mm(x, t(y)); },
-                a, bt);
-    expect_same("bf16 a^T b^T" + tag, 0, 0,
-                [&](const auto& x, const auto& y) { return mm(t(x), t(y)); }, at, bt);
+    expect_same(
+        "bf16 a^T b" + tag, 0, 0, [&](const auto& x, const auto& y) { return mm(t(x), y); }, at, b);
+    expect_same(
+        "bf16 a b^T" + tag, 0, 0, [&](const auto& x, const auto& y) { return mm(x, t(y)); }, a, bt);
+    expect_same(
+        "bf16 a^T b^T" + tag, 0, 0, [&](const auto& x, const auto& y) { return mm(t(x), t(y)); },
+        at, bt);
     expect_same("bf16 batched" + tag, 0, 0, mm, a3, b3);
-    expect_same("int8 a b^T" + tag, 0, 0, [&](const auto& x, const auto& y) { return mm(x, t(y)); },
-                i8, j8);
+    expect_same(
+        "int8 a b^T" + tag, 0, 0, [&](const auto& x, const auto& y) { return mm(x, t(y)); }, i8,
+        j8);
     {
       const split_k_scope split(3);
       expect_same("bf16 split in 3" + tag, 0, 0, mm, a3, b3);
@@ -704,17 +708,18 @@ TEST(CudaEmulationTma, CopiesLandSwizzledWithZerosWhenTheirPhaseCompletes) {
   for (int r = 0; r < box_rows; ++r)
     for (int c = 0; c < 128; ++c) {
       const int y = 40 + r, x = -8 + c;
-      const int want = y < rows && x >= 0 && x < cols ? host[static_cast<size_t>(y * pitch + x)] : 0;
+      const int want =
+          y < rows && x >= 0 && x < cols ? host[static_cast<size_t>(y * pitch + x)] : 0;
       const int at = (r * 128 + c) ^ ((r % 8) << 4);  // the 128-byte swizzle
       ASSERT_EQ(got[static_cast<size_t>(at)], want) << "box row " << r << ", byte " << c;
     }
   // A phase expecting more bytes than come never completes: the launch fails.
-  EXPECT_THROW(d::cuda_launch_smem("copy_box", tma_probe::copy_box, dim3(1), dim3(2), bytes + 8,
-                                   op, 0, 0, uint32_t{bytes + 16}, b, o, bytes),
+  EXPECT_THROW(d::cuda_launch_smem("copy_box", tma_probe::copy_box, dim3(1), dim3(2), bytes + 8, op,
+                                   0, 0, uint32_t{bytes + 16}, b, o, bytes),
                ts::backend_error);
   // Fewer: the copy brings more than expected.
-  EXPECT_THROW(d::cuda_launch_smem("copy_box", tma_probe::copy_box, dim3(1), dim3(2), bytes + 8,
-                                   op, 0, 0, uint32_t{bytes - 16}, b, o, bytes),
+  EXPECT_THROW(d::cuda_launch_smem("copy_box", tma_probe::copy_box, dim3(1), dim3(2), bytes + 8, op,
+                                   0, 0, uint32_t{bytes - 16}, b, o, bytes),
                ts::backend_error);
   // The driver's checks: a row stride that is not a multiple of 16 bytes.
   EXPECT_FALSE(d::cuda_tma_operand_of(op, m.data(), 1, cols, rows, 70, 1, 0, box_rows));

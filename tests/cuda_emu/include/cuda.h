@@ -61,8 +61,8 @@ struct tensor_map {
 };
 static_assert(sizeof(tensor_map) <= sizeof(CUtensorMap));
 
-inline CUresult tensor_map_encode_tiled(CUtensorMap* map, CUtensorMapDataType type,
-                                        cuuint32_t rank, void* address, const cuuint64_t* dims,
+inline CUresult tensor_map_encode_tiled(CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank,
+                                        void* address, const cuuint64_t* dims,
                                         const cuuint64_t* strides, const cuuint32_t* box,
                                         const cuuint32_t* element_strides,
                                         CUtensorMapInterleave interleave,
@@ -103,7 +103,8 @@ inline void tma_load(uint32_t dst, const CUtensorMap* map, const int32_t* coords
   std::memcpy(&t, map, sizeof t);
   uint64_t elements = 1;
   for (uint32_t d = 0; d < t.rank; ++d) elements *= t.box[d];
-  const uint64_t row_bytes = uint64_t{t.box[0]} * t.element_bytes, bytes = elements * t.element_bytes;
+  const uint64_t row_bytes = uint64_t{t.box[0]} * t.element_bytes,
+                 bytes = elements * t.element_bytes;
   if (rank != t.rank || dst % 128 != 0 || dst + bytes > dynamic_smem_bytes) {
     std::fprintf(stderr,
                  "tessera cuda emulation: a %u-d TMA copy of a rank-%u map to shared bytes [%u, "
@@ -145,9 +146,8 @@ inline void tma_load(uint32_t dst, const CUtensorMap* map, const int32_t* coords
         const int64_t e = static_cast<int64_t>(b / t.element_bytes);
         uint32_t to = dst + static_cast<uint32_t>(row * row_bytes + b);
         if (t.swizzle == CU_TENSOR_MAP_SWIZZLE_128B) to ^= (to >> 7 & 7) << 4;
-        dynamic_smem[to] = any && e >= lo && e < hi ? src[(e - lo) * t.element_bytes +
-                                                           b % t.element_bytes]
-                                                    : 0;
+        dynamic_smem[to] =
+            any && e >= lo && e < hi ? src[(e - lo) * t.element_bytes + b % t.element_bytes] : 0;
       }
     }
   });

@@ -238,9 +238,9 @@ struct fiber {
 /// complete a phase once the transaction bytes expected (expect_tx) have all landed. TMA copies
 /// wait in `copies` and land when the phase completes, the latest moment a GPU may land them.
 struct mbarrier {
-  int count = 0;    // arrivals per phase
-  int pending = 0;  // arrivals the current phase still needs
-  int64_t tx = 0;   // bytes expected by the current phase and not yet landed
+  int count = 0;       // arrivals per phase
+  int pending = 0;     // arrivals the current phase still needs
+  int64_t tx = 0;      // bytes expected by the current phase and not yet landed
   unsigned phase = 0;  // phases completed
   std::vector<std::pair<int64_t, std::function<void()>>> copies;  // bytes, the landing
 };

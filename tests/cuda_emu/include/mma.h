@@ -342,7 +342,8 @@ void wgmma_m64nN_now(D* d, int n, uint64_t desc_a, uint64_t desc_b, bool trans_a
       return static_cast<float>(x);  // fp8
   };
   if (blockDim.y != 1 || blockDim.z != 1 || (threadIdx.x / 128 + 1) * 128 > blockDim.x) {
-    std::fprintf(stderr, "tessera cuda emulation: wgmma from a warpgroup the block lacks a warp of\n");
+    std::fprintf(stderr,
+                 "tessera cuda emulation: wgmma from a warpgroup the block lacks a warp of\n");
     std::abort();
   }
   const int l = static_cast<int>(threadIdx.x % 128), w = l / 32, g = l % 32 / 4, t = l % 4;

@@ -56,8 +56,8 @@
 TESSERA_BEGIN_NAMESPACE
 namespace detail {
 
-inline constexpr int cuda_wgmma_threads = 256;    // 2 warpgroups, 64 x 128 outputs each
-inline constexpr int cuda_wgmma_stages = 5;       // copies 3 steps ahead, 1 product in flight
+inline constexpr int cuda_wgmma_threads = 256;  // 2 warpgroups, 64 x 128 outputs each
+inline constexpr int cuda_wgmma_stages = 5;     // copies 3 steps ahead, 1 product in flight
 /// The stages, and room to align them to an atom.
 inline constexpr int cuda_wgmma_smem_bytes =
     cuda_wgmma_stages * 2 * cuda_wgmma_tile_bytes + cuda_wgmma_atom;
@@ -125,18 +125,12 @@ __global__ void __launch_bounds__(cuda_wgmma_threads, 1)
             cuda_fence_proxy_async();  // this thread's copies and stores, to wgmma's proxy
           },
           [&](int64_t kt) {
-            if (!rows_inside) return;
-            const uint32_t as = smem_address + static_cast<uint32_t>(slot(kt) * Op::size);
-            const uint32_t bs = as + cuda_wgmma_tile_bytes;
-            cuda_wgmma_fence();
-#pragma unroll
-            for (int s = 0; s < cuda_wgmma_row_bytes / 32; ++s)
-              cuda_wgmma_m64n128<In, ACol, !BCol>(acc, cuda_wgmma_a_desc<ACol>(as, wg, s),
-                                                  cuda_wgmma_b_desc<BCol>(bs, s));
-            cuda_wgmma_commit();
-            // Step kt - 1's group is done: its slot may be rewritten once every warpgroup has
-            // passed the next barrier. Step kt's reads its slot while the next step's copies land.
-            cuda_wgmma_wait<1>();
+            // After it step kt - 1's group is done: its slot may be rewritten once every
+            // warpgroup has passed the next barrier. Step kt's reads its slot while the next
+            // step's copies land.
+            if (rows_inside)
+              cuda_wgmma_stage<In, ACol, BCol>(
+                  acc, smem_address + static_cast<uint32_t>(slot(kt) * Op::size), wg);
           });
     cuda_wgmma_wait<0>();                       // the accumulators are complete
     Acc* const part = cuda_gemm_part_of(p, z);  // split k: raw sums, else null

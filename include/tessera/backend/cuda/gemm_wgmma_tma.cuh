@@ -54,8 +54,7 @@ struct cuda_wgmma_tma_maps {
 /// (cuda_wgmma_mn_major's atom columns).
 template <bool KMajor>
 __device__ __forceinline__ void cuda_wgmma_tma_tile(uint32_t dst, const cuda_tma_operand& op,
-                                                    int64_t k, int64_t o, int64_t z,
-                                                    uint32_t bar) {
+                                                    int64_t k, int64_t o, int64_t z, uint32_t bar) {
   const auto k32 = static_cast<int32_t>(k), o32 = static_cast<int32_t>(o),
              z32 = static_cast<int32_t>(z);
   if constexpr (KMajor) {
@@ -137,17 +136,10 @@ __global__ void __launch_bounds__(cuda_wgmma_tma_threads, 1)
       for (int64_t kt = 0; kt < steps; ++kt, ++it) {
         const int s = static_cast<int>(it % S);
         cuda_mbarrier_wait(full(s), static_cast<unsigned>((it / S) & 1));
-        if (rows_inside) {
-          const uint32_t as = stages + static_cast<uint32_t>(s) * stage_bytes;
-          const uint32_t bs = as + cuda_wgmma_tile_bytes;
-          cuda_wgmma_fence();
-#pragma unroll
-          for (int q = 0; q < cuda_wgmma_row_bytes / 32; ++q)
-            cuda_wgmma_m64n128<In, ACol, !BCol>(acc, cuda_wgmma_a_desc<ACol>(as, wg, q),
-                                                cuda_wgmma_b_desc<BCol>(bs, q));
-          cuda_wgmma_commit();
-          cuda_wgmma_wait<1>();  // the previous step's group is done: its slot may be refilled
-        }
+        // After it the previous step's group is done: that slot may be refilled.
+        if (rows_inside)
+          cuda_wgmma_stage<In, ACol, BCol>(acc, stages + static_cast<uint32_t>(s) * stage_bytes,
+                                           wg);
         if (kt > 0) cuda_mbarrier_arrive(empty(static_cast<int>((it - 1) % S)));
       }
       cuda_wgmma_wait<0>();  // the accumulators are complete, the last slot read
@@ -173,26 +165,24 @@ bool cuda_gemm_wgmma_tma_launch(dim3 grid,
     return false;
   } else {
     constexpr int64_t limit = int64_t{1} << 31;  // TMA coordinates are signed 32-bit
-    if (!cuda_wgmma_tma_choice().enabled.load(std::memory_order_relaxed) || p.a_off ||
-        p.b_off || p.m >= limit || p.n >= limit || p.k >= limit || batch >= limit)
+    if (!cuda_wgmma_tma_choice().enabled.load(std::memory_order_relaxed) || p.a_off || p.b_off ||
+        p.m >= limit || p.n >= limit || p.k >= limit || batch >= limit)
       return false;
     constexpr int bytes = cuda_mma_op<In>::size;
     constexpr auto rows_of = [](bool k_major) { return k_major ? cuda_wgmma_tile_rows : 64; };
     cuda_wgmma_tma_maps maps;
-    const bool encoded =
-        (ACol ? cuda_tma_operand_of(maps.a, p.a, bytes, p.m, p.k, p.a_cs, batch, p.a_bs,
-                                    rows_of(false))
-              : cuda_tma_operand_of(maps.a, p.a, bytes, p.k, p.m, p.a_rs, batch, p.a_bs,
-                                    rows_of(true))) &&
-        (BCol ? cuda_tma_operand_of(maps.b, p.b, bytes, p.k, p.n, p.b_cs, batch, p.b_bs,
-                                    rows_of(true))
-              : cuda_tma_operand_of(maps.b, p.b, bytes, p.n, p.k, p.b_rs, batch, p.b_bs,
-                                    rows_of(false)));
-    if (!encoded ||
-        !cuda_try_launch_smem<cuda_gemm_wgmma_tma<In, TA, TB, ACol, BCol, TC>,
-                              cuda_wgmma_tma_smem_bytes>(
-            cuda_wgmma_tma_choice(), "cuda_gemm_wgmma_tma", grid,
-            dim3(cuda_wgmma_tma_threads), p, batch, maps))
+    const bool encoded = (ACol ? cuda_tma_operand_of(maps.a, p.a, bytes, p.m, p.k, p.a_cs, batch,
+                                                     p.a_bs, rows_of(false))
+                               : cuda_tma_operand_of(maps.a, p.a, bytes, p.k, p.m, p.a_rs, batch,
+                                                     p.a_bs, rows_of(true))) &&
+                         (BCol ? cuda_tma_operand_of(maps.b, p.b, bytes, p.k, p.n, p.b_cs, batch,
+                                                     p.b_bs, rows_of(true))
+                               : cuda_tma_operand_of(maps.b, p.b, bytes, p.n, p.k, p.b_rs, batch,
+                                                     p.b_bs, rows_of(false)));
+    if (!encoded || !cuda_try_launch_smem<cuda_gemm_wgmma_tma<In, TA, TB, ACol, BCol, TC>,
+                                          cuda_wgmma_tma_smem_bytes>(
+                        cuda_wgmma_tma_choice(), "cuda_gemm_wgmma_tma", grid,
+                        dim3(cuda_wgmma_tma_threads), p, batch, maps))
       return false;
     cuda_gemm_choice(cuda_gemm_pipeline::wgmma).launches.fetch_add(1, std::memory_order_relaxed);
     return true;

@@ -63,8 +63,9 @@ __host__ __device__ __forceinline__ uint64_t cuda_wgmma_desc(uint32_t address, u
 inline constexpr int cuda_wgmma_row_bytes = 128;  // of k per operand row and stage, any type
 inline constexpr int cuda_wgmma_bk = 64;  // k per stage for 16-bit elements (the mn-major tiles)
 inline constexpr int cuda_wgmma_tile_rows = 128;  // rows (of A) or columns (of B) per tile
-inline constexpr int cuda_wgmma_tile_bytes = cuda_wgmma_tile_rows * cuda_wgmma_row_bytes;  // operand, stage
-inline constexpr int cuda_wgmma_atom = 1024;  // bytes: 8 rows of 128, the swizzle's period
+inline constexpr int cuda_wgmma_tile_bytes =
+    cuda_wgmma_tile_rows * cuda_wgmma_row_bytes;  // operand, stage
+inline constexpr int cuda_wgmma_atom = 1024;      // bytes: 8 rows of 128, the swizzle's period
 /// A stage's tile with k contiguous (A row-major, B column-major), V elements per 16-byte chunk:
 /// [128][8 V], 128-byte rows; chunk c of row o is stored at c ^ (o % 8). In descriptor terms:
 /// 8-row groups 1024 bytes apart (the stride byte offset), k within a row (no leading byte
@@ -223,6 +224,22 @@ __device__ __forceinline__ void cuda_wgmma_m64n128(Acc (&d)[64], uint64_t a, uin
 }
 
 #undef TESSERA_WGMMA_M64N128
+
+/// One stage of a warpgroup's products: the 4 wgmma m64n128 of 32 bytes of k over the stage's A
+/// tile at shared address `as` (rows 64 wg ..) and its B tile one tile on, committed as one
+/// group; then waits until only that group is in flight, so the previous stage's group is done
+/// (its slot may be refilled once the other warpgroup is done with it too) and this one's runs on.
+template <class In, bool ACol, bool BCol, class Acc>
+__device__ __forceinline__ void cuda_wgmma_stage(Acc (&acc)[64], uint32_t as, int wg) {
+  const uint32_t bs = as + cuda_wgmma_tile_bytes;
+  cuda_wgmma_fence();
+#pragma unroll
+  for (int s = 0; s < cuda_wgmma_row_bytes / 32; ++s)
+    cuda_wgmma_m64n128<In, ACol, !BCol>(acc, cuda_wgmma_a_desc<ACol>(as, wg, s),
+                                        cuda_wgmma_b_desc<BCol>(bs, s));
+  cuda_wgmma_commit();
+  cuda_wgmma_wait<1>();
+}
 
 /// The epilogue of a warpgroup's m64n128 accumulators (thread l of warpgroup wg, in
 /// cuda_wgmma_m64n128's layout) for the block's tile at (m0, n0): every output inside the
