@@ -15,7 +15,9 @@
 //                                     sm_90a; tf32 B packed k-contiguous first); for
 //                                     fp16, bf16, int8 and fp8 squares also tessera_cp_async:
 //                                     the wgmma kernel fed by cp.async from every thread where
-//                                     tessera rows feed it by TMA (gemm_wgmma_tma.cuh); for
+//                                     tessera rows feed it by TMA (gemm_wgmma_tma.cuh), and
+//                                     tessera_narrow: TMA-fed with 128 x 128 tiles only (where
+//                                     tessera rows may take 128 x 256 ones); for
 //                                     tf32, fp16 and bf16 squares also tessera_wmma: the WMMA
 //                                     pipeline where tessera rows run mma.sync; for int8 and fp8
 //                                     squares also tessera_staged (the register-staged WMMA
@@ -264,10 +266,12 @@ void cublas_gemm(const gemm_inputs<K>& in, const DevT<typename gemm_types<K>::ou
 /// choice with B given k-contiguous (int8, and tf32 on wgmma: no pack; tf32 on mma.sync: B's
 /// fragments by ldmatrix rather than 32-bit loads); tessera_whole_k: the default choice with k
 /// never split (what the split gains on products with few tiles, gemm_split.cuh);
-/// tessera_cp_async: the wgmma kernel without its TMA feed (what TMA gains).
+/// tessera_cp_async: the wgmma kernel without its TMA feed (what TMA gains); tessera_narrow: the
+/// TMA feed with 128 x 128 tiles only (what the 128 x 256 ones gain).
 enum class impl {
   tessera,
   tessera_cp_async,
+  tessera_narrow,
   tessera_mma,
   tessera_wmma,
   tessera_staged,
@@ -297,6 +301,10 @@ void bm_gemm(benchmark::State& st, impl who, int64_t m, int64_t k, int64_t n, do
       explicit tma_scope(bool on) { ts::detail::cuda_wgmma_tma_choice().enabled = on; }
       ~tma_scope() { ts::detail::cuda_wgmma_tma_choice().enabled = true; }
     } const feed(who != impl::tessera_cp_async);
+    struct wide_scope {  // the TMA feed's 128 x 256 tiles, off for tessera_narrow rows
+      explicit wide_scope(bool on) { ts::detail::cuda_wgmma_tma_wide_choice().enabled = on; }
+      ~wide_scope() { ts::detail::cuda_wgmma_tma_wide_choice().enabled = true; }
+    } const width(who != impl::tessera_narrow);
     const split_scope split(who == impl::tessera_whole_k ? 1 : 0);
     // tf32 is tessera's float product under matmul_precision::high (restored on the way out).
     const precision_scope scope(K == kind::tf32 ? ts::matmul_precision::high
@@ -329,16 +337,19 @@ void add_gemm(const char* type, int64_t m, int64_t k, int64_t n, double tol, int
       K == kind::tf32 || K == kind::fp16 || K == kind::bf16 || K == kind::int8 || K == kind::fp8;
   // Kinds whose wgmma products the TMA feed takes (not tf32).
   constexpr bool has_tma = has_wgmma && K != kind::tf32;
-  for (impl who : {impl::tessera, impl::tessera_cp_async, impl::tessera_mma, impl::tessera_wmma,
-                   impl::tessera_staged, impl::tessera_tn, impl::tessera_whole_k, impl::cublas}) {
+  for (impl who : {impl::tessera, impl::tessera_cp_async, impl::tessera_narrow, impl::tessera_mma,
+                   impl::tessera_wmma, impl::tessera_staged, impl::tessera_tn,
+                   impl::tessera_whole_k, impl::cublas}) {
     if ((who == impl::tessera_whole_k && !whole_k) || (who == impl::tessera_staged && !variants) ||
-        (who == impl::tessera_cp_async && !(variants && has_tma)) ||
+        ((who == impl::tessera_cp_async || who == impl::tessera_narrow) &&
+         !(variants && has_tma)) ||
         (who == impl::tessera_mma && !(variants && has_wgmma)) ||
         (who == impl::tessera_wmma && !(variants && has_mma)) ||
         (who == impl::tessera_tn && !(variants && has_tn)))
       continue;
     const char* name = who == impl::tessera            ? "/tessera/"
                        : who == impl::tessera_cp_async ? "/tessera_cp_async/"
+                       : who == impl::tessera_narrow   ? "/tessera_narrow/"
                        : who == impl::tessera_mma      ? "/tessera_mma/"
                        : who == impl::tessera_wmma     ? "/tessera_wmma/"
                        : who == impl::tessera_staged   ? "/tessera_staged/"

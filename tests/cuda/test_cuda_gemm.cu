@@ -608,13 +608,14 @@ TYPED_TEST(CudaGemmMma8, PartialChunksStridesAndBatchesMatchCpu) {
       this->ints({3, 64, 72}, 510), b2t);
 }
 
-// The TMA-fed wgmma kernel (gemm_wgmma_tma.cuh) under both landing orders of the emulation
-// (tests/cuda_emu): copies land late by default, when their barrier's phase completes, so a
-// stage read without waiting on its `full` barrier is stale; early, when issued, so a slot that
-// its readers release before their wgmma is done is overwritten under them. k long enough to
-// reuse every one of the six slots twice; bf16 in every layout, int8, a strided batch, split k.
-// On a GPU both passes are the same run.
-TEST(CudaGemmWgmmaTma, MatchesCpuWhetherCopiesLandEarlyOrLate) {
+// The TMA-fed wgmma kernel (gemm_wgmma_tma.cuh) with 128 x 128 tiles and with 128 x 256 ones,
+// each under both landing orders of the emulation (tests/cuda_emu): copies land late by default,
+// when their barrier's phase completes, so a stage read without waiting on its `full` barrier is
+// stale; early, when issued, so a slot that its readers release before their wgmma is done is
+// overwritten under them. k long enough for bf16 to reuse every slot at least twice; bf16 in every
+// layout, int8, a strided batch, a split k (never widened). On a GPU the landing passes are
+// the same run.
+TEST(CudaGemmWgmmaTma, MatchesCpuOnBothTileWidthsWhetherCopiesLandEarlyOrLate) {
   namespace d = ts::detail;
   if (!no_gpu_reason().empty())
     GTEST_SKIP() << "no CUDA device visible (" << no_gpu_reason() << ")";
@@ -622,35 +623,55 @@ TEST(CudaGemmWgmmaTma, MatchesCpuWhetherCopiesLandEarlyOrLate) {
   using bf = ts::bfloat16;
   const auto mm = [](const auto& x, const auto& y) { return ts::matmul(x, y); };
   const auto t = [](const auto& x) { return x.transpose(-2, -1); };
-  const auto a = small_ints<bf>({136, 1000}, 901), b = small_ints<bf>({1000, 72}, 902);
-  const auto at = small_ints<bf>({1000, 136}, 903), bt = small_ints<bf>({72, 1000}, 904);
-  const auto a3 = small_ints<bf>({3, 40, 1000}, 905), b3 = small_ints<bf>({3, 1000, 24}, 906);
+  // n of 264 and 136: a second (partial) 128-column half in the wide tiles.
+  const auto a = small_ints<bf>({136, 1000}, 901), b = small_ints<bf>({1000, 264}, 902);
+  const auto at = small_ints<bf>({1000, 136}, 903), bt = small_ints<bf>({264, 1000}, 904);
+  const auto a3 = small_ints<bf>({3, 40, 1000}, 905), b3 = small_ints<bf>({3, 1000, 136}, 906);
   const auto i8 = small_ints<int8_t>({40, 1000}, 907, -100, 100),
-             j8 = small_ints<int8_t>({24, 1000}, 908, -100, 100);
-  for (const bool early : {false, true}) {
-#if defined(TESSERA_CUDA_HOST_EMULATION)
-    tessera_cuda_emulation::tma_lands_early = early;
-#endif
-    const std::string tag = early ? " (copies land early)" : " (copies land late)";
-    const int64_t before = d::cuda_wgmma_tma_choice().launches.load();
-    expect_same("bf16 a b" + tag, 0, 0, mm, a, b);
-    expect_same(
-        "bf16 a^T b" + tag, 0, 0, [&](const auto& x, const auto& y) { return mm(t(x), y); }, at, b);
-    expect_same(
-        "bf16 a b^T" + tag, 0, 0, [&](const auto& x, const auto& y) { return mm(x, t(y)); }, a, bt);
-    expect_same(
-        "bf16 a^T b^T" + tag, 0, 0, [&](const auto& x, const auto& y) { return mm(t(x), t(y)); },
-        at, bt);
-    expect_same("bf16 batched" + tag, 0, 0, mm, a3, b3);
-    expect_same(
-        "int8 a b^T" + tag, 0, 0, [&](const auto& x, const auto& y) { return mm(x, t(y)); }, i8,
-        j8);
-    {
-      const split_k_scope split(3);
-      expect_same("bf16 split in 3" + tag, 0, 0, mm, a3, b3);
+             j8 = small_ints<int8_t>({264, 1000}, 908, -100, 100);
+  struct wide_scope {  // wide tiles for every product that may have them, or none
+    explicit wide_scope(bool on) {
+      d::cuda_wgmma_tma_wide_choice().enabled = on;
+      d::cuda_wgmma_tma_wide_min_tiles() = 1;
     }
-    EXPECT_EQ(d::cuda_wgmma_tma_choice().launches.load() - before, 7) << tag << ": fed by TMA";
-  }
+    ~wide_scope() {
+      d::cuda_wgmma_tma_wide_choice().enabled = true;
+      d::cuda_wgmma_tma_wide_min_tiles() = 0;
+    }
+  };
+  for (const bool wide : {false, true})
+    for (const bool early : {false, true}) {
+      const wide_scope width(wide);
+#if defined(TESSERA_CUDA_HOST_EMULATION)
+      tessera_cuda_emulation::tma_lands_early = early;
+#endif
+      const std::string tag = std::string(wide ? " (128 x 256" : " (128 x 128") +
+                              (early ? ", copies land early)" : ", copies land late)");
+      const int64_t tma_before = d::cuda_wgmma_tma_choice().launches.load(),
+                    wide_before = d::cuda_wgmma_tma_wide_choice().launches.load();
+      expect_same("bf16 a b" + tag, 0, 0, mm, a, b);
+      expect_same(
+          "bf16 a^T b" + tag, 0, 0, [&](const auto& x, const auto& y) { return mm(t(x), y); }, at,
+          b);
+      expect_same(
+          "bf16 a b^T" + tag, 0, 0, [&](const auto& x, const auto& y) { return mm(x, t(y)); }, a,
+          bt);
+      expect_same(
+          "bf16 a^T b^T" + tag, 0, 0, [&](const auto& x, const auto& y) { return mm(t(x), t(y)); },
+          at, bt);
+      expect_same("bf16 batched" + tag, 0, 0, mm, a3, b3);
+      expect_same(
+          "int8 a b^T" + tag, 0, 0, [&](const auto& x, const auto& y) { return mm(x, t(y)); }, i8,
+          j8);
+      {
+        const split_k_scope split(3);
+        expect_same("bf16 split in 3" + tag, 0, 0, mm, a3, b3);
+      }
+      EXPECT_EQ(d::cuda_wgmma_tma_choice().launches.load() - tma_before, 7)
+          << tag << ": fed by TMA";
+      EXPECT_EQ(d::cuda_wgmma_tma_wide_choice().launches.load() - wide_before, wide ? 6 : 0)
+          << tag << ": wide tiles";
+    }
 #if defined(TESSERA_CUDA_HOST_EMULATION)
   tessera_cuda_emulation::tma_lands_early = false;
 #endif

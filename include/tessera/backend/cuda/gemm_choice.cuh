@@ -27,6 +27,13 @@ inline cuda_kernel_choice& cuda_wgmma_tma_choice() {
   return choice;
 }
 
+/// Whether the TMA-fed wgmma kernel may use 128 x 256 tiles where a product suits them
+/// (cuda_wgmma_tma_wide), and how many launches it had so (counted as TMA launches too).
+inline cuda_kernel_choice& cuda_wgmma_tma_wide_choice() {
+  static cuda_kernel_choice choice;
+  return choice;
+}
+
 /// Makes dispatch start at `first`: switches off the pipelines tried before it and on the rest.
 /// cuda_gemm_start_at(cuda_gemm_pipeline::wgmma) is the default; `none` leaves the products to
 /// the register-staged kernel. Tests and benchmarks use it to run each kernel on the same inputs.

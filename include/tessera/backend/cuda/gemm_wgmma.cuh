@@ -105,9 +105,9 @@ __global__ void __launch_bounds__(cuda_wgmma_threads, 1)
     const auto a_at = [](int o, int i) { return ATile::at(o, i); };
     const auto b_at = [](int o, int i) { return BTile::at(o, i); };
     const auto slot = [&](int64_t kt) { return static_cast<int>(kt % S) * 2 * tile; };  // A, B
-    Acc acc[64];
+    Acc acc[1][64];  // one 128-column tile (cuda_wgmma_stage)
 #pragma unroll
-    for (int i = 0; i < 64; ++i) acc[i] = Acc(0);
+    for (int i = 0; i < 64; ++i) acc[0][i] = Acc(0);
 
     if (p.alpha != Acc(0))
       cuda_pipelined_k_loop<S, 1>(  // one group of wgmma left in flight per warpgroup
@@ -128,13 +128,13 @@ __global__ void __launch_bounds__(cuda_wgmma_threads, 1)
             // After it step kt - 1's group is done: its slot may be rewritten once every
             // warpgroup has passed the next barrier. Step kt's reads its slot while the next
             // step's copies land.
+            const uint32_t as = smem_address + static_cast<uint32_t>(slot(kt) * Op::size);
             if (rows_inside)
-              cuda_wgmma_stage<In, ACol, BCol>(
-                  acc, smem_address + static_cast<uint32_t>(slot(kt) * Op::size), wg);
+              cuda_wgmma_stage<In, ACol, BCol>(acc, as, as + cuda_wgmma_tile_bytes, wg);
           });
     cuda_wgmma_wait<0>();                       // the accumulators are complete
     Acc* const part = cuda_gemm_part_of(p, z);  // split k: raw sums, else null
-    cuda_wgmma_store_tile(p, c, part, m0, n0, wg, l, acc);
+    cuda_wgmma_store_tile(p, c, part, m0, n0, wg, l, acc[0]);
     __syncthreads();  // every warpgroup is done with the stages before the next matrix's copies
   }
 #endif

@@ -2,16 +2,21 @@
 // built for sm_90a): the same products, tiles, instructions and epilogue as the cp.async-fed
 // kernel (gemm_wgmma.cuh), with the copies taken off the threads that multiply.
 //
-// Warp-specialised: 288 threads. Warpgroups 0 and 1 multiply (64 x 128 outputs each, as in the
-// cp.async kernel); warp 8 produces: one of its threads issues, per k step, the TMA copies of the
-// A and B tiles (one box each where k is contiguous, two 64-column boxes where m or n is) into
-// the stage's slot, announcing their 32 KiB on the slot's `full` mbarrier. The consumers wait on
-// `full`, issue their 4 wgmma, and once wgmma.wait_group says a step's group is done (one group
-// stays in flight, as in the cp.async kernel) every consumer thread arrives on that slot's
-// `empty` barrier (256 arrivals complete it), which the producer waits on before refilling the
-// slot. Six slots (192 KiB): the copies run up to six steps ahead of the products, with no
-// __syncthreads in the loop and none between the batch's matrices (the producer fills the next
-// matrix's first stages while the consumers store this one's tile).
+// Warp-specialised: 384 threads. Warpgroups 0 and 1 multiply, each 64 rows of the block's tile
+// of 128 x 128 or 128 x 256 (one or two m64n128 accumulator sets per thread); warpgroup 2
+// produces: it gives most of its registers to the consumers (setmaxnreg: 40 for it, 232 for
+// them, so the wide tile's 128 accumulators per thread fit without spills), and one of its
+// threads issues, per k step, the TMA copies of the A and B tiles (one box each where k is
+// contiguous, 64-column boxes where m or n is) into the step's slot, announcing their bytes on
+// the slot's `full` mbarrier. The consumers wait on `full`, issue their wgmma, and once
+// wgmma.wait_group says a step's group is done (one group stays in flight, as in the cp.async
+// kernel) every consumer thread arrives on that slot's `empty` barrier (256 arrivals complete
+// it), which the producer waits on before refilling the slot. 192 KiB of slots: six of 32 KiB
+// for narrow tiles, four of 48 KiB for wide ones; the copies run that many steps ahead of the
+// products, with no __syncthreads in the loop and none between the batch's matrices (the
+// producer fills the next matrix's first slots while the consumers store this one's tile).
+// Wide tiles (cuda_wgmma_tma_wide) where n spans more than 128 columns and they alone give every
+// SM a block: each A tile then serves 256 columns.
 //
 // TMA zero-fills what lies outside the operands, so edges need no code; split k parts are whole
 // stages except the last, which ends at k (cuda_gemm_splits' granule is a multiple of a stage).
@@ -24,6 +29,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "async_copy.cuh"
 #include "gemm_args.cuh"
@@ -37,11 +43,22 @@ TESSERA_BEGIN_NAMESPACE
 namespace detail {
 
 inline constexpr int cuda_wgmma_tma_consumers = 256;  // 2 warpgroups, 64 x 128 outputs each
-inline constexpr int cuda_wgmma_tma_threads = cuda_wgmma_tma_consumers + 32;  // + the producer
-inline constexpr int cuda_wgmma_tma_stages = 6;
-/// The stages, their full and empty barriers, and room to align the stages to an atom.
-inline constexpr int cuda_wgmma_tma_smem_bytes = cuda_wgmma_tma_stages * 2 * cuda_wgmma_tile_bytes +
-                                                 2 * cuda_wgmma_tma_stages * 8 + cuda_wgmma_atom;
+// + the producer warpgroup: a whole one, so that setmaxnreg can move its registers to the
+// consumers (a 9-warp block would leave the consumers 168 registers: 3 warps on some of the
+// SM's 4 quarters of 16 K registers).
+inline constexpr int cuda_wgmma_tma_threads = cuda_wgmma_tma_consumers + 128;
+inline constexpr int cuda_wgmma_tma_producer_regs = 40, cuda_wgmma_tma_consumer_regs = 232;
+static_assert(cuda_wgmma_tma_producer_regs * 128 + cuda_wgmma_tma_consumer_regs * 256 <= 65536);
+/// Slots for tiles BN columns wide (128 or 256): 6 of 32 KiB, or 4 of 48 KiB.
+template <int BN>
+inline constexpr int cuda_wgmma_tma_stages = BN == 256 ? 4 : 6;
+/// The bytes of one slot: A's tile (128 rows) and B's (BN columns), 128 bytes of k each.
+template <int BN>
+inline constexpr int cuda_wgmma_tma_slot_bytes = (cuda_wgmma_tile_rows + BN) * cuda_wgmma_row_bytes;
+/// The slots, their full and empty barriers, and room to align the slots to an atom.
+template <int BN>
+inline constexpr int cuda_wgmma_tma_smem_bytes =
+    cuda_wgmma_tma_stages<BN>*(cuda_wgmma_tma_slot_bytes<BN> + 16) + cuda_wgmma_atom;
 
 /// The tensor maps of a product's A and B (cuda_tma_operand_of), passed as a __grid_constant__
 /// kernel parameter: TMA reads them where the parameters live.
@@ -49,10 +66,10 @@ struct cuda_wgmma_tma_maps {
   cuda_tma_operand a, b;
 };
 
-/// The TMA copies of one operand's stage: a 128-row box at (k, o) where k is contiguous (Col
-/// false for A, true for B), else two 64-column boxes at (o, k) and (o + 64, k), 8 KiB apart
-/// (cuda_wgmma_mn_major's atom columns).
-template <bool KMajor>
+/// The TMA copies of one operand's stage of Rows rows (of A) or columns (of B): one box of Rows
+/// rows at (k, o) where k is contiguous, else Rows / 64 boxes of 64 columns at (o + 64 i, k),
+/// 8 KiB apart (cuda_wgmma_mn_major's atom columns).
+template <bool KMajor, int Rows>
 __device__ __forceinline__ void cuda_wgmma_tma_tile(uint32_t dst, const cuda_tma_operand& op,
                                                     int64_t k, int64_t o, int64_t z, uint32_t bar) {
   const auto k32 = static_cast<int32_t>(k), o32 = static_cast<int32_t>(o),
@@ -60,14 +77,17 @@ __device__ __forceinline__ void cuda_wgmma_tma_tile(uint32_t dst, const cuda_tma
   if constexpr (KMajor) {
     cuda_tma_load(dst, op, k32, o32, z32, bar);
   } else {
-    cuda_tma_load(dst, op, o32, k32, z32, bar);
-    cuda_tma_load(dst + cuda_wgmma_mn_major::column_bytes, op, o32 + 64, k32, z32, bar);
+#pragma unroll
+    for (int i = 0; i < Rows / 64; ++i)
+      cuda_tma_load(dst + static_cast<uint32_t>(i) * cuda_wgmma_mn_major::column_bytes, op,
+                    o32 + 64 * i, k32, z32, bar);
   }
 }
 
-/// One 128 x 128 tile of matrix blockIdx.z per block, on wgmma with In inputs (16-bit, 8-bit
-/// integers or fp8; not tf32) fed by TMA; layouts and results as cuda_gemm_wgmma's.
-template <class In, class TA, class TB, bool ACol, bool BCol, class TC>
+/// One 128 x BN tile (BN 128 or 256) of matrix blockIdx.z per block, on wgmma with In inputs
+/// (16-bit, 8-bit integers or fp8; not tf32) fed by TMA; layouts and results as
+/// cuda_gemm_wgmma's (each output's sums in the same order whatever BN).
+template <class In, class TA, class TB, bool ACol, bool BCol, class TC, int BN>
 __global__ void __launch_bounds__(cuda_wgmma_tma_threads, 1)
     cuda_gemm_wgmma_tma(cuda_gemm_args<TA, TB, typename cuda_mma_op<In>::acc, TC> p, int64_t batch,
                         const __grid_constant__ cuda_wgmma_tma_maps maps) {
@@ -81,8 +101,10 @@ __global__ void __launch_bounds__(cuda_wgmma_tma_threads, 1)
   static_assert(!Op::tf32, "tf32 operands are rounded by the threads that copy them");
   static_assert(sizeof(TA) == sizeof(E) && sizeof(TB) == sizeof(E));
   static_assert(Op::size == 2 || (!ACol && BCol), "only 16-bit operands may be m/n-contiguous");
-  constexpr int BK = cuda_wgmma_row_bytes / Op::size, S = cuda_wgmma_tma_stages;
-  constexpr uint32_t stage_bytes = 2 * cuda_wgmma_tile_bytes;
+  static_assert(BN == 128 || BN == 256);
+  constexpr int BK = cuda_wgmma_row_bytes / Op::size, S = cuda_wgmma_tma_stages<BN>;
+  constexpr int NT = BN / 128;  // 128-column tiles per warpgroup
+  constexpr uint32_t stage_bytes = cuda_wgmma_tma_slot_bytes<BN>;
   const uint32_t raw = cuda_smem_address(cuda_dynamic_smem());
   const uint32_t stages = raw + (cuda_wgmma_atom - raw % cuda_wgmma_atom) % cuda_wgmma_atom;
   const uint32_t bars = stages + S * stage_bytes;  // full[S], then empty[S]
@@ -97,11 +119,11 @@ __global__ void __launch_bounds__(cuda_wgmma_tma_threads, 1)
     cuda_mbarrier_init_fence();
   }
   __syncthreads();  // the only block barrier: the barriers exist before anyone uses them
-  const int64_t m0 = int64_t{blockIdx.y} * cuda_wgmma_tile_rows,
-                n0 = int64_t{blockIdx.x} * cuda_wgmma_tile_rows;
+  const int64_t m0 = int64_t{blockIdx.y} * cuda_wgmma_tile_rows, n0 = int64_t{blockIdx.x} * BN;
   const bool multiply = p.alpha != Acc(0);  // else the epilogue alone (c = beta c ...)
 
-  if (t >= cuda_wgmma_tma_consumers) {  // the producer warp: one thread issues the copies
+  if (t >= cuda_wgmma_tma_consumers) {  // the producer warpgroup: one thread issues the copies
+    cuda_setmaxnreg<false, cuda_wgmma_tma_producer_regs>();
     if (t != cuda_wgmma_tma_consumers || !multiply) return;
     int64_t it = 0;  // k steps issued by this block, over every matrix: slot it % S
     for (int64_t z = blockIdx.z; z < batch * p.splits; z += gridDim.z) {
@@ -113,14 +135,15 @@ __global__ void __launch_bounds__(cuda_wgmma_tma_threads, 1)
         cuda_mbarrier_arrive_expect_tx(full(s), stage_bytes);
         const uint32_t as = stages + static_cast<uint32_t>(s) * stage_bytes;
         const int64_t k = k0 + kt * BK;
-        cuda_wgmma_tma_tile<!ACol>(as, maps.a, k, m0, zb, full(s));
-        cuda_wgmma_tma_tile<BCol>(as + cuda_wgmma_tile_bytes, maps.b, k, n0, zb, full(s));
+        cuda_wgmma_tma_tile<!ACol, cuda_wgmma_tile_rows>(as, maps.a, k, m0, zb, full(s));
+        cuda_wgmma_tma_tile<BCol, BN>(as + cuda_wgmma_tile_bytes, maps.b, k, n0, zb, full(s));
       }
     }
     return;
   }
 
   // The consumers.
+  cuda_setmaxnreg<true, cuda_wgmma_tma_consumer_regs>();
   const int wg = t / 128, l = t % 128;
   // A warpgroup whose 64 rows lie past the product issues no wgmma (as in cuda_gemm_wgmma) but
   // still waits for and releases every stage.
@@ -129,17 +152,20 @@ __global__ void __launch_bounds__(cuda_wgmma_tma_threads, 1)
   for (int64_t z = blockIdx.z; z < batch * p.splits; z += gridDim.z) {
     const auto [zb, k0, steps] = cuda_split_of<BK>(p, z, batch);
     (void)k0;
-    Acc acc[64];
+    Acc acc[NT][64];
 #pragma unroll
-    for (int i = 0; i < 64; ++i) acc[i] = Acc(0);
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 64; ++i) acc[nt][i] = Acc(0);
     if (multiply) {
       for (int64_t kt = 0; kt < steps; ++kt, ++it) {
         const int s = static_cast<int>(it % S);
         cuda_mbarrier_wait(full(s), static_cast<unsigned>((it / S) & 1));
         // After it the previous step's group is done: that slot may be refilled.
-        if (rows_inside)
-          cuda_wgmma_stage<In, ACol, BCol>(acc, stages + static_cast<uint32_t>(s) * stage_bytes,
-                                           wg);
+        if (rows_inside) {
+          const uint32_t as = stages + static_cast<uint32_t>(s) * stage_bytes;
+          cuda_wgmma_stage<In, ACol, BCol>(acc, as, as + cuda_wgmma_tile_bytes, wg);
+        }
         if (kt > 0) cuda_mbarrier_arrive(empty(static_cast<int>((it - 1) % S)));
       }
       cuda_wgmma_wait<0>();  // the accumulators are complete, the last slot read
@@ -147,15 +173,41 @@ __global__ void __launch_bounds__(cuda_wgmma_tma_threads, 1)
     }
     const auto [a, b, c] = cuda_batch_matrix_at<E, E>(p, zb);
     (void)a, (void)b;
-    cuda_wgmma_store_tile(p, c, cuda_gemm_part_of(p, z), m0, n0, wg, l, acc);
+    Acc* const part = cuda_gemm_part_of(p, z);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+      cuda_wgmma_store_tile(p, c, part, m0, n0 + 128 * nt, wg, l, acc[nt]);
   }
 #endif
 }
 
-/// Launches cuda_gemm_wgmma_tma for one layout pair when it applies (see the file comment):
-/// the operands' tensor maps encoded, counted both in cuda_wgmma_tma_choice() and as a wgmma
-/// launch; false, launching nothing, otherwise (switched off, no encoder, an operand the
-/// driver refuses, the shared memory refused): the caller then runs the cp.async kernel.
+/// Whether a product is given 128 x 256 tiles rather than 128 x 128 (cuda_wgmma_tma_wide_choice
+/// allowing): where n spans more than one 128-column tile and the wide tiles alone still give
+/// every SM a block (fewer blocks than SMs would leave tensor cores idle, and then k is split
+/// over the narrow ones instead: no split product is widened). Wider tiles read each A tile once
+/// for 256 columns: a quarter less traffic into shared memory per product.
+/// How many wide tiles a product needs for them: 0 (the default) means one per SM; tests set 1
+/// to give wide tiles to every product they may take.
+inline int64_t& cuda_wgmma_tma_wide_min_tiles() {
+  static int64_t tiles = 0;
+  return tiles;
+}
+template <class TA, class TB, class Acc, class TC>
+bool cuda_wgmma_tma_wide(const cuda_gemm_args<TA, TB, Acc, TC>& p, int64_t batch) {
+  if (!cuda_wgmma_tma_wide_choice().enabled.load(std::memory_order_relaxed) || p.splits != 1 ||
+      p.n <= 128)
+    return false;
+  const int64_t tiles = (p.m + 127) / 128 * ((p.n + 255) / 256) * batch;
+  const int64_t min_tiles = cuda_wgmma_tma_wide_min_tiles();
+  return tiles >= (min_tiles > 0 ? min_tiles : int64_t{cuda_sm_count()});
+}
+
+/// Launches cuda_gemm_wgmma_tma for one layout pair when it applies (see the file comment), 128
+/// x 256 tiles where cuda_wgmma_tma_wide says so (grid.x then covers n in 256s), else 128 x 128
+/// (grid as given): the operands' tensor maps encoded, the launch counted in
+/// cuda_wgmma_tma_choice(), as a wgmma launch, and when wide in cuda_wgmma_tma_wide_choice();
+/// false, launching nothing, otherwise (switched off, no encoder, an operand the driver
+/// refuses, the shared memory refused): the caller then runs the cp.async kernel.
 template <class In, bool ACol, bool BCol, class TA, class TB, class TC>
 bool cuda_gemm_wgmma_tma_launch(dim3 grid,
                                 const cuda_gemm_args<TA, TB, typename cuda_mma_op<In>::acc, TC>& p,
@@ -168,22 +220,31 @@ bool cuda_gemm_wgmma_tma_launch(dim3 grid,
     if (!cuda_wgmma_tma_choice().enabled.load(std::memory_order_relaxed) || p.a_off || p.b_off ||
         p.m >= limit || p.n >= limit || p.k >= limit || batch >= limit)
       return false;
+    const bool wide = cuda_wgmma_tma_wide(p, batch);
     constexpr int bytes = cuda_mma_op<In>::size;
-    constexpr auto rows_of = [](bool k_major) { return k_major ? cuda_wgmma_tile_rows : 64; };
+    const uint32_t b_rows = wide ? 256 : 128;  // B's k-major box: the tile's columns
     cuda_wgmma_tma_maps maps;
-    const bool encoded = (ACol ? cuda_tma_operand_of(maps.a, p.a, bytes, p.m, p.k, p.a_cs, batch,
-                                                     p.a_bs, rows_of(false))
-                               : cuda_tma_operand_of(maps.a, p.a, bytes, p.k, p.m, p.a_rs, batch,
-                                                     p.a_bs, rows_of(true))) &&
-                         (BCol ? cuda_tma_operand_of(maps.b, p.b, bytes, p.k, p.n, p.b_cs, batch,
-                                                     p.b_bs, rows_of(true))
-                               : cuda_tma_operand_of(maps.b, p.b, bytes, p.n, p.k, p.b_rs, batch,
-                                                     p.b_bs, rows_of(false)));
-    if (!encoded || !cuda_try_launch_smem<cuda_gemm_wgmma_tma<In, TA, TB, ACol, BCol, TC>,
-                                          cuda_wgmma_tma_smem_bytes>(
-                        cuda_wgmma_tma_choice(), "cuda_gemm_wgmma_tma", grid,
-                        dim3(cuda_wgmma_tma_threads), p, batch, maps))
+    const bool encoded =
+        (ACol ? cuda_tma_operand_of(maps.a, p.a, bytes, p.m, p.k, p.a_cs, batch, p.a_bs, 64)
+              : cuda_tma_operand_of(maps.a, p.a, bytes, p.k, p.m, p.a_rs, batch, p.a_bs,
+                                    cuda_wgmma_tile_rows)) &&
+        (BCol ? cuda_tma_operand_of(maps.b, p.b, bytes, p.k, p.n, p.b_cs, batch, p.b_bs, b_rows)
+              : cuda_tma_operand_of(maps.b, p.b, bytes, p.n, p.k, p.b_rs, batch, p.b_bs, 64));
+    if (!encoded) return false;
+    const auto launch = [&](auto bn, cuda_kernel_choice& choice, dim3 g) {
+      constexpr int BN = decltype(bn)::value;
+      return cuda_try_launch_smem<cuda_gemm_wgmma_tma<In, TA, TB, ACol, BCol, TC, BN>,
+                                  cuda_wgmma_tma_smem_bytes<BN>>(
+          choice, "cuda_gemm_wgmma_tma", g, dim3(cuda_wgmma_tma_threads), p, batch, maps);
+    };
+    if (wide) {
+      const dim3 g(static_cast<unsigned>((p.n + 255) / 256), grid.y, grid.z);
+      if (!launch(std::integral_constant<int, 256>{}, cuda_wgmma_tma_wide_choice(), g))
+        return false;
+      cuda_wgmma_tma_choice().launches.fetch_add(1, std::memory_order_relaxed);
+    } else if (!launch(std::integral_constant<int, 128>{}, cuda_wgmma_tma_choice(), grid)) {
       return false;
+    }
     cuda_gemm_choice(cuda_gemm_pipeline::wgmma).launches.fetch_add(1, std::memory_order_relaxed);
     return true;
   }

@@ -145,6 +145,25 @@ __device__ __forceinline__ void cuda_wgmma_wait() {
 #endif
 }
 
+/// setmaxnreg: this warpgroup's registers per thread become Regs (a multiple of 8 in [24, 256]),
+/// giving registers back to the SM's pool (Inc false) or taking them from it (Inc true, waiting
+/// until the pool has them). Every thread of the warpgroup must call it together. Lets a
+/// warp-specialised kernel give its consumers more registers than an even split of the SM's
+/// (ptxas allocates the code after it with Regs).
+template <bool Inc, int Regs>
+__device__ __forceinline__ void cuda_setmaxnreg() {
+  static_assert(Regs % 8 == 0 && Regs >= 24 && Regs <= 256);
+#if defined(TESSERA_CUDA_HOST_EMULATION)
+#elif TESSERA_CUDA_WGMMA
+  if constexpr (Inc)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Regs));
+  else
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Regs));
+#else
+  __trap();
+#endif
+}
+
 /// fence.proxy.async.shared::cta: makes this thread's earlier writes to shared memory (stores
 /// and completed cp.async copies, the generic proxy) visible to later reads by the async proxy
 /// (wgmma) once a barrier has ordered them.
@@ -225,18 +244,22 @@ __device__ __forceinline__ void cuda_wgmma_m64n128(Acc (&d)[64], uint64_t a, uin
 
 #undef TESSERA_WGMMA_M64N128
 
-/// One stage of a warpgroup's products: the 4 wgmma m64n128 of 32 bytes of k over the stage's A
-/// tile at shared address `as` (rows 64 wg ..) and its B tile one tile on, committed as one
-/// group; then waits until only that group is in flight, so the previous stage's group is done
-/// (its slot may be refilled once the other warpgroup is done with it too) and this one's runs on.
-template <class In, bool ACol, bool BCol, class Acc>
-__device__ __forceinline__ void cuda_wgmma_stage(Acc (&acc)[64], uint32_t as, int wg) {
-  const uint32_t bs = as + cuda_wgmma_tile_bytes;
+/// One stage of a warpgroup's products: over the stage's A tile at shared address `as` (rows
+/// 64 wg ..) and its B tile at bs (NT tiles of 128 columns, one after another), the wgmma
+/// m64n128 of each 32 bytes of k into acc[nt] for each 128 columns nt, committed as one group;
+/// then waits until only that group is in flight, so the previous stage's group is done (its
+/// slot may be refilled once the other warpgroup is done with it too) and this one's runs on.
+template <class In, bool ACol, bool BCol, int NT, class Acc>
+__device__ __forceinline__ void cuda_wgmma_stage(Acc (&acc)[NT][64], uint32_t as, uint32_t bs,
+                                                 int wg) {
   cuda_wgmma_fence();
 #pragma unroll
   for (int s = 0; s < cuda_wgmma_row_bytes / 32; ++s)
-    cuda_wgmma_m64n128<In, ACol, !BCol>(acc, cuda_wgmma_a_desc<ACol>(as, wg, s),
-                                        cuda_wgmma_b_desc<BCol>(bs, s));
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+      cuda_wgmma_m64n128<In, ACol, !BCol>(
+          acc[nt], cuda_wgmma_a_desc<ACol>(as, wg, s),
+          cuda_wgmma_b_desc<BCol>(bs + static_cast<uint32_t>(nt) * cuda_wgmma_tile_bytes, s));
   cuda_wgmma_commit();
   cuda_wgmma_wait<1>();
 }
