@@ -5,8 +5,13 @@
 # on the GPU next to the CPU run, and the report tables (scripts/cuda_report.py).
 #
 #   scripts/gpu_check.sh bundle [BUILD_DIR] [BUNDLE]   on the build machine
-#   scripts/gpu_check.sh run [BUNDLE] [OUT_DIR]        on the GPU machine
+#   scripts/gpu_check.sh run [BUNDLE] [OUT_DIR] [STEP...]   on the GPU machine
 #
+# STEPs (default: all, in this order): tests memcheck racecheck synccheck bench_cuda
+# bench_cuda_train bench_cuda_conv torch example; a device call is limited to 10 minutes, so a
+# session runs them over several calls into one OUT_DIR (the report reads whatever is there).
+# Each step is stopped after TESSERA_GPU_STEP_SECONDS (default 540; rc 124): a kernel that
+# hangs costs one step, not the call.
 # Defaults: BUILD_DIR build-cuda, BUNDLE gpu-bundle, OUT_DIR gpu-results. `bundle` also packs the
 # folder into BUNDLE.tgz (a build for one architecture: 84 MB unpacked, 48 MB packed, under the
 # 64 MiB a device call carries); `run` accepts the folder or the .tgz. `bundle` copies the
@@ -63,11 +68,20 @@ export TESSERA_FASHION_MNIST_DIR="$bundle/data"
 bin="$bundle/bin"
 summary=()
 
-step() {  # step NAME COMMAND...: runs COMMAND with its log in $out/NAME.log, records the status
+steps=("${@:4}")
+wanted() {  # wanted STEP: whether STEP was asked for (all are when none is named)
+  [[ ${#steps[@]} -eq 0 ]] && return 0
+  local s
+  for s in "${steps[@]}"; do [[ "$s" == "$1" ]] && return 0; done
+  return 1
+}
+limit="${TESSERA_GPU_STEP_SECONDS:-540}"
+
+step() {  # step NAME COMMAND...: runs COMMAND (at most $limit s) with its log in $out/NAME.log
   local name="$1"
   shift
   local start=$SECONDS
-  "$@" >"$out/$name.log" 2>&1
+  timeout -k 10 "$limit" "$@" >"$out/$name.log" 2>&1
   local rc=$?
   summary+=("$(printf '%-20s rc=%-4s %5ss' "$name" "$rc" "$((SECONDS - start))")")
 }
@@ -75,26 +89,30 @@ step() {  # step NAME COMMAND...: runs COMMAND with its log in $out/NAME.log, re
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1
 sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
 
-step tests "$bin/tessera_cuda_tests"
+wanted tests && step tests "$bin/tessera_cuda_tests"
 for tool in memcheck racecheck synccheck; do
-  step "sanitizer_$tool" "$sanitizer" --tool "$tool" --error-exitcode 1 "$bin/tessera_cuda_tests"
+  wanted "$tool" &&
+    step "sanitizer_$tool" "$sanitizer" --tool "$tool" --error-exitcode 1 "$bin/tessera_cuda_tests"
 done
 for b in bench_cuda bench_cuda_train bench_cuda_conv; do
-  step "$b" "$bin/$b" --benchmark_counters_tabular=true "--benchmark_out=$out/$b.json" \
-    --benchmark_out_format=json
+  wanted "$b" && step "$b" "$bin/$b" --benchmark_counters_tabular=true \
+    "--benchmark_out=$out/$b.json" --benchmark_out_format=json
 done
-step torch_cuda_step python3 "$bin/torch_cuda_step.py" --out "$out/torch_cuda_step.json"
-step example_cuda "$bin/fashion_mnist_cuda" --device cuda --epochs 2 \
-  --save "$out/fashion_mnist_cuda.npz"
-step example_cpu "$bin/fashion_mnist" --epochs 2 --threads "$(nproc)" \
-  --save "$out/fashion_mnist_cpu.npz"
+wanted torch &&
+  step torch_cuda_step python3 "$bin/torch_cuda_step.py" --out "$out/torch_cuda_step.json"
+if wanted example; then
+  step example_cuda "$bin/fashion_mnist_cuda" --device cuda --epochs 2 \
+    --save "$out/fashion_mnist_cuda.npz"
+  step example_cpu "$bin/fashion_mnist" --epochs 2 --threads "$(nproc)" \
+    --save "$out/fashion_mnist_cpu.npz"
+fi
 
 python3 "$bin/cuda_report.py" "$out" "$out/cuda_gemm.png" >"$out/report.md" 2>"$out/report.err"
 echo "== acceptance =="
 sed -n '/acceptance target/,$p' "$out/report.md"
 echo "== accuracy and epoch times (cpu, then cuda) =="
-grep -h "test accuracy" "$out/example_cpu.log" "$out/example_cuda.log"
+grep -hs "test accuracy" "$out/example_cpu.log" "$out/example_cuda.log"
 echo "== failures =="
-grep -h "FAILED\|ERROR SUMMARY" "$out"/tests.log "$out"/sanitizer_*.log | sort -u | head -n 30
+grep -hs "FAILED\|ERROR SUMMARY" "$out"/tests.log "$out"/sanitizer_*.log | sort -u | head -n 30
 echo "== summary =="
 printf '%s\n' "${summary[@]}"

@@ -149,21 +149,37 @@ __device__ __forceinline__ void cuda_mbarrier_arrive_expect_tx(uint32_t bar, uin
 #endif
 }
 
+/// How long a thread waits on an mbarrier phase before it traps (a launch error the host
+/// reports): no stage of a product takes seconds, so a phase that has not completed by then
+/// never will (transaction bytes or arrivals that do not add up), and an error beats a hang.
+inline constexpr uint64_t cuda_mbarrier_timeout_ns = uint64_t{10} * 1000 * 1000 * 1000;
+
 /// Waits until the barrier's phase of parity `parity` (0 for its first phase, 1 for the second,
 /// and so on) has completed; returns at once for parity 1 before the first phase completes.
+/// Traps after cuda_mbarrier_timeout_ns.
 __device__ __forceinline__ void cuda_mbarrier_wait(uint32_t bar, unsigned parity) {
 #if defined(TESSERA_CUDA_HOST_EMULATION)
   tessera_cuda_emulation::mbarrier_wait(bar, parity, __FILE__, __LINE__);
 #elif TESSERA_CUDA_WGMMA
-  uint32_t done = 0;
-  do {
+  const auto try_wait = [&] {
+    uint32_t done;
     asm volatile(
         "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
         "selp.u32 %0, 1, 0, p;\n}\n"
         : "=r"(done)
         : "r"(bar), "r"(parity)
         : "memory");
-  } while (!done);
+    return done != 0;
+  };
+  if (try_wait()) return;  // the usual case: no clock read
+  const auto now = [] {
+    uint64_t ns;
+    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(ns));
+    return ns;
+  };
+  const uint64_t start = now();
+  for (uint32_t polls = 1; !try_wait(); ++polls)
+    if (polls % 1024 == 0 && now() - start > cuda_mbarrier_timeout_ns) __trap();
 #else
   (void)bar, (void)parity;
   __trap();
