@@ -13,7 +13,7 @@
 //                                     fp16, bf16, int8 and fp8 squares also tessera_mma: the
 //                                     mma.sync kernel where tessera rows run wgmma (built for
 //                                     sm_90a; tf32 B packed k-contiguous first); for
-//                                     fp16, bf16, int8 and fp8 squares also tessera_cp_async:
+//                                     tf32, fp16, bf16, int8 and fp8 squares also tessera_cp_async:
 //                                     the wgmma kernel fed by cp.async from every thread where
 //                                     tessera rows feed it by TMA (gemm_wgmma_tma.cuh), and
 //                                     tessera_narrow: TMA-fed with 128 x 128 tiles only (where
@@ -335,8 +335,8 @@ void add_gemm(const char* type, int64_t m, int64_t k, int64_t n, double tol, int
   // Kinds where tessera rows (B row-major) run wgmma when built for sm_90a.
   constexpr bool has_wgmma =
       K == kind::tf32 || K == kind::fp16 || K == kind::bf16 || K == kind::int8 || K == kind::fp8;
-  // Kinds whose wgmma products the TMA feed takes (not tf32).
-  constexpr bool has_tma = has_wgmma && K != kind::tf32;
+  // Kinds whose wgmma products the TMA feed takes: all of them.
+  constexpr bool has_tma = has_wgmma;
   for (impl who : {impl::tessera, impl::tessera_cp_async, impl::tessera_narrow, impl::tessera_mma,
                    impl::tessera_wmma, impl::tessera_staged, impl::tessera_tn,
                    impl::tessera_whole_k, impl::cublas}) {

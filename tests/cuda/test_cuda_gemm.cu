@@ -303,7 +303,7 @@ class CudaGemmPipeline : public CudaGemmTf32 {  // float: tf32 tensor cores
       EXPECT_EQ(launches(kernel::wgmma) > wgmma_before, wgmma_runs)
           << what << name << ": which kernel ran";
       EXPECT_EQ(d::cuda_wgmma_tma_choice().launches.load() > tma_before,
-                wgmma_runs && tma && !tf32 && !batch_offsets)
+                wgmma_runs && tma && !batch_offsets)
           << what << name << ": fed by TMA";
       EXPECT_EQ(launches(kernel::mma_sync) > mma_before,
                 on && (k == kernel::mma_sync || (k == kernel::wgmma && !wgmma_runs)))
@@ -609,13 +609,15 @@ TYPED_TEST(CudaGemmMma8, PartialChunksStridesAndBatchesMatchCpu) {
 }
 
 // The TMA-fed wgmma kernel (gemm_wgmma_tma.cuh) with 128 x 128 tiles and with 128 x 256 ones,
-// each under both landing orders of the emulation (tests/cuda_emu): copies land late by default,
-// when their barrier's phase completes, so a stage read without waiting on its `full` barrier is
-// stale; early, when issued, so a slot that its readers release before their wgmma is done is
-// overwritten under them. k long enough for bf16 to reuse every slot at least twice; bf16 in every
-// layout, int8, a strided batch, a split k (never widened). On a GPU the landing passes are
-// the same run.
-TEST(CudaGemmWgmmaTma, MatchesCpuOnBothTileWidthsWhetherCopiesLandEarlyOrLate) {
+// each under three orders of the emulation's asynchronous work (tests/cuda_emu): all late (TMA
+// copies land when their barrier's phase completes, wgmma runs at its wait_group), so a stage
+// read without waiting on its barrier is stale; copies early (at issue), so a slot that its
+// readers release before their wgmma is done is overwritten under them; wgmma early (at issue),
+// so a wgmma issued on a slot before it is final (tf32: before the rounding threads are done)
+// reads it unfinished. k long enough for bf16 to reuse every slot at least twice; bf16 in
+// every layout, int8, tf32, a strided batch, a split k (never widened). On a GPU the three
+// passes are the same run.
+TEST(CudaGemmWgmmaTma, MatchesCpuOnBothTileWidthsWhateverTheAsynchronousOrder) {
   namespace d = ts::detail;
   if (!no_gpu_reason().empty())
     GTEST_SKIP() << "no CUDA device visible (" << no_gpu_reason() << ")";
@@ -629,24 +631,41 @@ TEST(CudaGemmWgmmaTma, MatchesCpuOnBothTileWidthsWhetherCopiesLandEarlyOrLate) {
   const auto a3 = small_ints<bf>({3, 40, 1000}, 905), b3 = small_ints<bf>({3, 1000, 136}, 906);
   const auto i8 = small_ints<int8_t>({40, 1000}, 907, -100, 100),
              j8 = small_ints<int8_t>({264, 1000}, 908, -100, 100);
-  struct wide_scope {  // wide tiles for every product that may have them, or none
-    explicit wide_scope(bool on) {
-      d::cuda_wgmma_tma_wide_choice().enabled = on;
+  // tf32: random floats, against the CPU product of the inputs rounded to tf32 (unrounded, the
+  // emulated instruction truncates them: errors past the tolerance).
+  const auto f = sample<float>({72, 1000}, 909), g = sample<float>({264, 1000}, 910);
+  const auto rf = ts::map([](float v) { return round_tf32(v); }, f),
+             rg = ts::map([](float v) { return round_tf32(v); }, g);
+  const auto want_tf32 = ts::matmul(rf, t(rg));
+  struct order_scope {  // wide tiles for every product that may have them (or none), an order
+    order_scope(bool wide, int order) {
+      d::cuda_wgmma_tma_wide_choice().enabled = wide;
       d::cuda_wgmma_tma_wide_min_tiles() = 1;
+      saved = ts::get_float32_matmul_precision();
+      ts::set_float32_matmul_precision(ts::matmul_precision::high);
+#if defined(TESSERA_CUDA_HOST_EMULATION)
+      tessera_cuda_emulation::tma_lands_early = order == 1;
+      tessera_cuda_emulation::wgmma_runs_early = order == 2;
+#else
+      (void)order;
+#endif
     }
-    ~wide_scope() {
+    ~order_scope() {
       d::cuda_wgmma_tma_wide_choice().enabled = true;
       d::cuda_wgmma_tma_wide_min_tiles() = 0;
-    }
-  };
-  for (const bool wide : {false, true})
-    for (const bool early : {false, true}) {
-      const wide_scope width(wide);
+      ts::set_float32_matmul_precision(saved);
 #if defined(TESSERA_CUDA_HOST_EMULATION)
-      tessera_cuda_emulation::tma_lands_early = early;
+      tessera_cuda_emulation::tma_lands_early = false;
+      tessera_cuda_emulation::wgmma_runs_early = false;
 #endif
-      const std::string tag = std::string(wide ? " (128 x 256" : " (128 x 128") +
-                              (early ? ", copies land early)" : ", copies land late)");
+    }
+    ts::matmul_precision saved;
+  };
+  const char* const orders[] = {", all late)", ", copies early)", ", wgmma early)"};
+  for (const bool wide : {false, true})
+    for (int order = 0; order < 3; ++order) {
+      const order_scope scope(wide, order);
+      const std::string tag = std::string(wide ? " (128 x 256" : " (128 x 128") + orders[order];
       const int64_t tma_before = d::cuda_wgmma_tma_choice().launches.load(),
                     wide_before = d::cuda_wgmma_tma_wide_choice().launches.load();
       expect_same("bf16 a b" + tag, 0, 0, mm, a, b);
@@ -663,18 +682,17 @@ TEST(CudaGemmWgmmaTma, MatchesCpuOnBothTileWidthsWhetherCopiesLandEarlyOrLate) {
       expect_same(
           "int8 a b^T" + tag, 0, 0, [&](const auto& x, const auto& y) { return mm(x, t(y)); }, i8,
           j8);
+      const auto got_tf32 = mm(f.to<ts::cuda>(), t(g.to<ts::cuda>())).to<ts::cpu>();
+      expect_close(got_tf32, want_tf32, 1e-6, 1e-5 * 1000, "tf32 a b^T" + tag);
       {
         const split_k_scope split(3);
         expect_same("bf16 split in 3" + tag, 0, 0, mm, a3, b3);
       }
-      EXPECT_EQ(d::cuda_wgmma_tma_choice().launches.load() - tma_before, 7)
+      EXPECT_EQ(d::cuda_wgmma_tma_choice().launches.load() - tma_before, 8)
           << tag << ": fed by TMA";
-      EXPECT_EQ(d::cuda_wgmma_tma_wide_choice().launches.load() - wide_before, wide ? 6 : 0)
+      EXPECT_EQ(d::cuda_wgmma_tma_wide_choice().launches.load() - wide_before, wide ? 7 : 0)
           << tag << ": wide tiles";
     }
-#if defined(TESSERA_CUDA_HOST_EMULATION)
-  tessera_cuda_emulation::tma_lands_early = false;
-#endif
 }
 
 #if defined(TESSERA_CUDA_HOST_EMULATION)

@@ -100,6 +100,9 @@
 #define __align__(n) __attribute__((aligned(n)))
 #define __grid_constant__
 
+struct __attribute__((aligned(16))) float4 {
+  float x, y, z, w;
+};
 struct uint3 {
   unsigned int x, y, z;
 };
@@ -611,8 +614,16 @@ inline void cp_async_wait(size_t newest_pending) {
 /// group complete, the latest moment a GPU may do it. So a kernel that rewrites a stage before
 /// waiting for the wgmma that read it, or reads its accumulators before the wait, computes
 /// wrong results here.
+/// With wgmma_runs_early, each runs at once instead, the earliest moment a GPU may: then a
+/// kernel that issues wgmma on a stage before its data is final (copies landed, tf32 rounding
+/// done) computes on the stale data.
+inline bool wgmma_runs_early = false;
 inline void wgmma_issue(std::function<void()> run) {
-  current_fiber("wgmma.mma_async").wgmma.open.push_back(std::move(run));
+  fiber& f = current_fiber("wgmma.mma_async");
+  if (wgmma_runs_early)
+    run();
+  else
+    f.wgmma.open.push_back(std::move(run));
 }
 
 /// wgmma.commit_group: the wgmma issued since the last commit form one group.
@@ -681,8 +692,9 @@ inline void mbarrier_wait(uint32_t at, unsigned parity, const char* file, int li
 /// When TMA copies land: late (default), when their barrier's phase completes, so a thread that
 /// reads a stage without waiting for its barrier reads stale data; or early, at once when
 /// issued, so a producer that refills a stage before the readers of its previous contents are
-/// done (a barrier released too soon) overwrites what they still read. Tests run kernels both
-/// ways; a GPU lands them anywhere in between.
+/// done (a barrier released too soon) overwrites what they still read (with wgmma running late,
+/// the default). Tests run kernels both ways, and with wgmma_runs_early; a GPU lands them
+/// anywhere in between.
 inline bool tma_lands_early = false;
 
 /// Queues a TMA copy of `bytes` on the mbarrier at `at` (cuda.h's tma_load): `land` performs it

@@ -67,7 +67,7 @@ struct cuda_tma_operand {
   bool batched;
 };
 
-/// Encodes into `out` the tensor map of an operand of `element_bytes`-byte elements (1 or 2) at
+/// Encodes into `out` the tensor map of an operand of `element_bytes`-byte elements (1, 2 or 4) at
 /// base: `inner` elements contiguous per row, `outer` rows row_stride elements apart, and,
 /// where batch > 1 with a nonzero batch_stride, `batch` matrices batch_stride elements apart (a
 /// third dimension; else one matrix serves every batch index). A box is box_rows rows of 128
@@ -90,7 +90,9 @@ inline bool cuda_tma_operand_of(cuda_tma_operand& out, const void* base, int ele
                              box_rows, 1};
   const cuuint32_t unit[3] = {1, 1, 1};
   return encode(&out.map,
-                element_bytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16,
+                element_bytes == 1   ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                : element_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16
+                                     : CU_TENSOR_MAP_DATA_TYPE_UINT32,
                 out.batched ? 3 : 2, const_cast<void*>(base), dims, strides, box, unit,
                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
