@@ -74,6 +74,25 @@ struct cuda_wgmma_tma_maps {
   cuda_tma_operand a, b;
 };
 
+/// The output tile of a block, its row and column among the grid's tiles.
+struct cuda_tile_at {
+  int64_t m, n;
+};
+/// Block (x, y)'s tile in a grid of gx x gy tiles, in grouped order: blocks start in order of
+/// their linear index (x fastest), and cuda_tile_group_rows rows of tiles go column by column,
+/// so the blocks in flight at once share a few A row tiles and a few B column tiles, which stay
+/// in L2, rather than one A row tile and all of B (at 8192, B alone is 128 MiB of bf16 against
+/// 50 MiB of L2). A bijection of the grid's tiles (the last group may have fewer rows).
+inline constexpr int64_t cuda_tile_group_rows = 8;
+__host__ __device__ __forceinline__ cuda_tile_at cuda_grouped_tile(int64_t gx, int64_t gy,
+                                                                   int64_t x, int64_t y) {
+  const int64_t id = y * gx + x, per_group = cuda_tile_group_rows * gx;
+  const int64_t first = id / per_group * cuda_tile_group_rows;
+  const int64_t rows = gy - first < cuda_tile_group_rows ? gy - first : cuda_tile_group_rows;
+  const int64_t in_group = id % per_group;
+  return {first + in_group % rows, in_group / rows};
+}
+
 /// The TMA copies of one operand's stage of Rows rows (of A) or columns (of B): one box of Rows
 /// rows at (k, o) where k is contiguous, else Rows / 64 boxes of 64 columns at (o + 64 i, k),
 /// 8 KiB apart (cuda_wgmma_mn_major's atom columns).
@@ -129,7 +148,8 @@ __global__ void __launch_bounds__(cuda_wgmma_tma_threads, 1)
     cuda_mbarrier_init_fence();
   }
   __syncthreads();  // the only block barrier: the barriers exist before anyone uses them
-  const int64_t m0 = int64_t{blockIdx.y} * cuda_wgmma_tile_rows, n0 = int64_t{blockIdx.x} * BN;
+  const cuda_tile_at tile = cuda_grouped_tile(gridDim.x, gridDim.y, blockIdx.x, blockIdx.y);
+  const int64_t m0 = tile.m * cuda_wgmma_tile_rows, n0 = tile.n * BN;
   const bool multiply = p.alpha != Acc(0);  // else the epilogue alone (c = beta c ...)
 
   if (t >= cuda_wgmma_tma_consumers) {  // the producer warpgroup: one thread issues the copies
