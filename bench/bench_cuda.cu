@@ -17,7 +17,9 @@
 //                                     the wgmma kernel fed by cp.async from every thread where
 //                                     tessera rows feed it by TMA (gemm_wgmma_tma.cuh), and
 //                                     tessera_narrow: TMA-fed with 128 x 128 tiles only (where
-//                                     tessera rows may take 128 x 256 ones); for
+//                                     tessera rows may take 128 x 256 ones), and
+//                                     tessera_linear_order: TMA-fed with tiles in linear rather
+//                                     than grouped order (cuda_grouped_tile); for
 //                                     tf32, fp16 and bf16 squares also tessera_wmma: the WMMA
 //                                     pipeline where tessera rows run mma.sync; for int8 and fp8
 //                                     squares also tessera_staged (the register-staged WMMA
@@ -267,11 +269,13 @@ void cublas_gemm(const gemm_inputs<K>& in, const DevT<typename gemm_types<K>::ou
 /// fragments by ldmatrix rather than 32-bit loads); tessera_whole_k: the default choice with k
 /// never split (what the split gains on products with few tiles, gemm_split.cuh);
 /// tessera_cp_async: the wgmma kernel without its TMA feed (what TMA gains); tessera_narrow: the
-/// TMA feed with 128 x 128 tiles only (what the 128 x 256 ones gain).
+/// TMA feed with 128 x 128 tiles only (what the 128 x 256 ones gain); tessera_linear_order: the
+/// TMA feed with its tiles in linear order (what the grouped order gains).
 enum class impl {
   tessera,
   tessera_cp_async,
   tessera_narrow,
+  tessera_linear_order,
   tessera_mma,
   tessera_wmma,
   tessera_staged,
@@ -305,6 +309,10 @@ void bm_gemm(benchmark::State& st, impl who, int64_t m, int64_t k, int64_t n, do
       explicit wide_scope(bool on) { ts::detail::cuda_wgmma_tma_wide_choice().enabled = on; }
       ~wide_scope() { ts::detail::cuda_wgmma_tma_wide_choice().enabled = true; }
     } const width(who != impl::tessera_narrow);
+    struct order_scope {  // the TMA feed's tile order, linear for tessera_linear_order rows
+      explicit order_scope(bool grouped) { ts::detail::cuda_tile_group_rows() = grouped ? 8 : 1; }
+      ~order_scope() { ts::detail::cuda_tile_group_rows() = 8; }
+    } const order(who != impl::tessera_linear_order);
     const split_scope split(who == impl::tessera_whole_k ? 1 : 0);
     // tf32 is tessera's float product under matmul_precision::high (restored on the way out).
     const precision_scope scope(K == kind::tf32 ? ts::matmul_precision::high
@@ -337,25 +345,27 @@ void add_gemm(const char* type, int64_t m, int64_t k, int64_t n, double tol, int
       K == kind::tf32 || K == kind::fp16 || K == kind::bf16 || K == kind::int8 || K == kind::fp8;
   // Kinds whose wgmma products the TMA feed takes: all of them.
   constexpr bool has_tma = has_wgmma;
-  for (impl who : {impl::tessera, impl::tessera_cp_async, impl::tessera_narrow, impl::tessera_mma,
-                   impl::tessera_wmma, impl::tessera_staged, impl::tessera_tn,
-                   impl::tessera_whole_k, impl::cublas}) {
+  for (impl who : {impl::tessera, impl::tessera_cp_async, impl::tessera_narrow,
+                   impl::tessera_linear_order, impl::tessera_mma, impl::tessera_wmma,
+                   impl::tessera_staged, impl::tessera_tn, impl::tessera_whole_k, impl::cublas}) {
     if ((who == impl::tessera_whole_k && !whole_k) || (who == impl::tessera_staged && !variants) ||
-        ((who == impl::tessera_cp_async || who == impl::tessera_narrow) &&
+        ((who == impl::tessera_cp_async || who == impl::tessera_narrow ||
+          who == impl::tessera_linear_order) &&
          !(variants && has_tma)) ||
         (who == impl::tessera_mma && !(variants && has_wgmma)) ||
         (who == impl::tessera_wmma && !(variants && has_mma)) ||
         (who == impl::tessera_tn && !(variants && has_tn)))
       continue;
-    const char* name = who == impl::tessera            ? "/tessera/"
-                       : who == impl::tessera_cp_async ? "/tessera_cp_async/"
-                       : who == impl::tessera_narrow   ? "/tessera_narrow/"
-                       : who == impl::tessera_mma      ? "/tessera_mma/"
-                       : who == impl::tessera_wmma     ? "/tessera_wmma/"
-                       : who == impl::tessera_staged   ? "/tessera_staged/"
-                       : who == impl::tessera_tn       ? "/tessera_tn/"
-                       : who == impl::tessera_whole_k  ? "/tessera_whole_k/"
-                                                       : "/cublas/";
+    const char* name = who == impl::tessera                ? "/tessera/"
+                       : who == impl::tessera_cp_async     ? "/tessera_cp_async/"
+                       : who == impl::tessera_narrow       ? "/tessera_narrow/"
+                       : who == impl::tessera_linear_order ? "/tessera_linear_order/"
+                       : who == impl::tessera_mma          ? "/tessera_mma/"
+                       : who == impl::tessera_wmma         ? "/tessera_wmma/"
+                       : who == impl::tessera_staged       ? "/tessera_staged/"
+                       : who == impl::tessera_tn           ? "/tessera_tn/"
+                       : who == impl::tessera_whole_k      ? "/tessera_whole_k/"
+                                                           : "/cublas/";
     add_timed(std::string("gemm_") + type + name + shape, iterations,
               [=](benchmark::State& st) { bm_gemm<K>(st, who, m, k, n, tol); });
   }

@@ -696,7 +696,7 @@ TEST(CudaGemmWgmmaTma, MatchesCpuOnBothTileWidthsWhateverTheAsynchronousOrder) {
 }
 
 // The TMA kernel's grouped tile order (cuda_grouped_tile): every tile of the grid exactly once,
-// groups of 8 tile rows walked column by column (no GPU needed).
+// groups of tile rows walked column by column, 1 row the linear order (no GPU needed).
 TEST(CudaMmaTiles, GroupedTileOrderCoversEveryTileOnce) {
   namespace d = ts::detail;
   for (const auto& [gx, gy] : std::vector<std::pair<int64_t, int64_t>>{
@@ -704,18 +704,23 @@ TEST(CudaMmaTiles, GroupedTileOrderCoversEveryTileOnce) {
     std::vector<int> seen(static_cast<size_t>(gx * gy), 0);
     for (int64_t y = 0; y < gy; ++y)
       for (int64_t x = 0; x < gx; ++x) {
-        const d::cuda_tile_at t = d::cuda_grouped_tile(gx, gy, x, y);
-        ASSERT_TRUE(t.m >= 0 && t.m < gy && t.n >= 0 && t.n < gx) << gx << " x " << gy;
-        ++seen[static_cast<size_t>(t.m * gx + t.n)];
+        for (const int64_t rows : {1, 3, 8}) {
+          const d::cuda_tile_at t = d::cuda_grouped_tile(gx, gy, x, y, rows);
+          ASSERT_TRUE(t.m >= 0 && t.m < gy && t.n >= 0 && t.n < gx) << gx << " x " << gy;
+          ++seen[static_cast<size_t>(t.m * gx + t.n)];
+          if (rows == 1) {
+            EXPECT_TRUE(t.m == y && t.n == x) << "linear order";
+          }
+        }
       }
-    for (const int s : seen) ASSERT_EQ(s, 1) << gx << " x " << gy;
+    for (const int s : seen) ASSERT_EQ(s, 3) << gx << " x " << gy;  // once per group size
   }
   // The first blocks of a 32 x 64 grid take the first column of the first 8 rows, then the
   // second column.
-  EXPECT_EQ(d::cuda_grouped_tile(32, 64, 7, 0).m, 7);
-  EXPECT_EQ(d::cuda_grouped_tile(32, 64, 7, 0).n, 0);
-  EXPECT_EQ(d::cuda_grouped_tile(32, 64, 8, 0).m, 0);
-  EXPECT_EQ(d::cuda_grouped_tile(32, 64, 8, 0).n, 1);
+  EXPECT_EQ(d::cuda_grouped_tile(32, 64, 7, 0, 8).m, 7);
+  EXPECT_EQ(d::cuda_grouped_tile(32, 64, 7, 0, 8).n, 0);
+  EXPECT_EQ(d::cuda_grouped_tile(32, 64, 8, 0, 8).m, 0);
+  EXPECT_EQ(d::cuda_grouped_tile(32, 64, 8, 0, 8).n, 1);
 }
 
 #if defined(TESSERA_CUDA_HOST_EMULATION)

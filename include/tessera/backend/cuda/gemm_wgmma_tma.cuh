@@ -72,6 +72,7 @@ inline constexpr int cuda_wgmma_tma_rounders = 96;
 /// kernel parameter: TMA reads them where the parameters live.
 struct cuda_wgmma_tma_maps {
   cuda_tma_operand a, b;
+  int32_t group_rows;  // of the tile order (cuda_grouped_tile)
 };
 
 /// The output tile of a block, its row and column among the grid's tiles.
@@ -79,16 +80,17 @@ struct cuda_tile_at {
   int64_t m, n;
 };
 /// Block (x, y)'s tile in a grid of gx x gy tiles, in grouped order: blocks start in order of
-/// their linear index (x fastest), and cuda_tile_group_rows rows of tiles go column by column,
+/// their linear index (x fastest), and group_rows rows of tiles go column by column,
 /// so the blocks in flight at once share a few A row tiles and a few B column tiles, which stay
 /// in L2, rather than one A row tile and all of B (at 8192, B alone is 128 MiB of bf16 against
-/// 50 MiB of L2). A bijection of the grid's tiles (the last group may have fewer rows).
-inline constexpr int64_t cuda_tile_group_rows = 8;
+/// 50 MiB of L2). A bijection of the grid's tiles (the last group may have fewer rows); with
+/// group_rows 1, the linear order.
 __host__ __device__ __forceinline__ cuda_tile_at cuda_grouped_tile(int64_t gx, int64_t gy,
-                                                                   int64_t x, int64_t y) {
-  const int64_t id = y * gx + x, per_group = cuda_tile_group_rows * gx;
-  const int64_t first = id / per_group * cuda_tile_group_rows;
-  const int64_t rows = gy - first < cuda_tile_group_rows ? gy - first : cuda_tile_group_rows;
+                                                                   int64_t x, int64_t y,
+                                                                   int64_t group_rows) {
+  const int64_t id = y * gx + x, per_group = group_rows * gx;
+  const int64_t first = id / per_group * group_rows;
+  const int64_t rows = gy - first < group_rows ? gy - first : group_rows;
   const int64_t in_group = id % per_group;
   return {first + in_group % rows, in_group / rows};
 }
@@ -148,7 +150,8 @@ __global__ void __launch_bounds__(cuda_wgmma_tma_threads, 1)
     cuda_mbarrier_init_fence();
   }
   __syncthreads();  // the only block barrier: the barriers exist before anyone uses them
-  const cuda_tile_at tile = cuda_grouped_tile(gridDim.x, gridDim.y, blockIdx.x, blockIdx.y);
+  const cuda_tile_at tile =
+      cuda_grouped_tile(gridDim.x, gridDim.y, blockIdx.x, blockIdx.y, maps.group_rows);
   const int64_t m0 = tile.m * cuda_wgmma_tile_rows, n0 = tile.n * BN;
   const bool multiply = p.alpha != Acc(0);  // else the epilogue alone (c = beta c ...)
 
@@ -243,6 +246,13 @@ __global__ void __launch_bounds__(cuda_wgmma_tma_threads, 1)
 /// every SM a block (fewer blocks than SMs would leave tensor cores idle, and then k is split
 /// over the narrow ones instead: no split product is widened). Wider tiles read each A tile once
 /// for 256 columns: a quarter less traffic into shared memory per product.
+/// The rows of tiles per group of the TMA kernel's tile order (cuda_grouped_tile): 8; 1 gives the
+/// linear order (benchmarks compare the two).
+inline int32_t& cuda_tile_group_rows() {
+  static int32_t rows = 8;
+  return rows;
+}
+
 /// How many wide tiles a product needs for them: 0 (the default) means one per SM; tests set 1
 /// to give wide tiles to every product they may take.
 inline int64_t& cuda_wgmma_tma_wide_min_tiles() {
@@ -278,6 +288,7 @@ bool cuda_gemm_wgmma_tma_launch(dim3 grid,
     constexpr int bytes = cuda_mma_op<In>::size;
     const uint32_t b_rows = wide ? 256 : 128;  // B's k-major box: the tile's columns
     cuda_wgmma_tma_maps maps;
+    maps.group_rows = cuda_tile_group_rows();
     const bool encoded =
         (ACol ? cuda_tma_operand_of(maps.a, p.a, bytes, p.m, p.k, p.a_cs, batch, p.a_bs, 64)
               : cuda_tma_operand_of(maps.a, p.a, bytes, p.k, p.m, p.a_rs, batch, p.a_bs,
