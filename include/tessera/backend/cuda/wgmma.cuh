@@ -1,14 +1,16 @@
 // tessera/backend/cuda/wgmma.cuh - Hopper's warpgroup tensor-core instructions (sm_90a):
 // wgmma.mma_async with both operands read from shared memory through matrix descriptors, its
-// fences and groups, and the proxy fence that makes ordinary shared-memory writes (cp.async
-// included) visible to it: what gemm_wgmma.cuh is built from.
+// fences and groups, the proxy fence that makes ordinary shared-memory writes (cp.async
+// included) visible to it, setmaxnreg, the canonical tile layouts and their descriptors, one
+// stage of products and the epilogue: what both wgmma kernels (gemm_wgmma.cuh and
+// gemm_wgmma_tma.cuh) are built from.
 //
 // Why wgmma beside mma.sync: on sm_90 only wgmma reaches the tensor cores' full rate. A warpgroup
 // (4 warps, 128 threads) issues one m64nNk16 product whose operands the tensor cores read from
 // shared memory themselves, so no fragment passes through registers and one instruction covers
 // what 64 mma.sync would (m64n128k16). The operands must lie in one of the canonical layouts
 // the PTX ISA defines; tessera uses the 128-byte swizzled ones (cuda_wgmma_k_major,
-// cuda_wgmma_mn_major in gemm_wgmma.cuh).
+// cuda_wgmma_mn_major below), which TMA's 128-byte swizzle mode also writes.
 //
 // The code exists only in device code compiled for sm_90a (`__CUDA_ARCH_FEAT_SM90_ALL`: build
 // with CMAKE_CUDA_ARCHITECTURES=90a); elsewhere these wrappers trap, and the dispatch never
@@ -58,7 +60,7 @@ __host__ __device__ __forceinline__ uint64_t cuda_wgmma_desc(uint32_t address, u
          uint64_t{(sbo & 0x3ffffu) >> 4} << 32 | uint64_t{1} << 62;
 }
 
-// The tiles gemm_wgmma.cuh's kernels stage, in canonical layouts of the 128-byte swizzle mode.
+// The tiles the wgmma kernels stage, in canonical layouts of the 128-byte swizzle mode.
 
 inline constexpr int cuda_wgmma_row_bytes = 128;  // of k per operand row and stage, any type
 inline constexpr int cuda_wgmma_bk = 64;  // k per stage for 16-bit elements (the mn-major tiles)
