@@ -5,7 +5,8 @@
 // Warp-specialised: 384 threads. Warpgroups 0 and 1 multiply, each 64 rows of the block's tile
 // of 128 x 128 or 128 x 256 (one or two m64n128 accumulator sets per thread); warpgroup 2
 // produces: it gives most of its registers to the consumers (setmaxnreg: 40 for it, 232 for
-// them, so the wide tile's 128 accumulators per thread fit without spills), and one of its
+// them; ptxas still fits the wide tile's 128 accumulators per thread in the 168 registers of
+// a 384-thread block, with nothing to spare), and one of its
 // threads issues, per k step, the TMA copies of the A and B tiles (one box each where k is
 // contiguous, 64-column boxes where m or n is) into the step's slot, announcing their bytes on
 // the slot's `full` mbarrier. The consumers wait on `full`, issue their wgmma, and once
@@ -114,8 +115,8 @@ __device__ __forceinline__ void cuda_wgmma_tma_tile(uint32_t dst, const cuda_tma
 }
 
 /// One 128 x BN tile (BN 128 or 256) of matrix blockIdx.z per block, on wgmma with In inputs
-/// (16-bit, 8-bit integers or fp8; not tf32) fed by TMA; layouts and results as
-/// cuda_gemm_wgmma's (each output's sums in the same order whatever BN).
+/// (16-bit, tf32, 8-bit integers or fp8) fed by TMA; layouts and results as cuda_gemm_wgmma's
+/// (each output's sums in the same order whatever BN).
 template <class In, class TA, class TB, bool ACol, bool BCol, class TC, int BN>
 __global__ void __launch_bounds__(cuda_wgmma_tma_threads, 1)
     cuda_gemm_wgmma_tma(cuda_gemm_args<TA, TB, typename cuda_mma_op<In>::acc, TC> p, int64_t batch,
@@ -150,9 +151,13 @@ __global__ void __launch_bounds__(cuda_wgmma_tma_threads, 1)
     cuda_mbarrier_init_fence();
   }
   __syncthreads();  // the only block barrier: the barriers exist before anyone uses them
-  const cuda_tile_at tile =
-      cuda_grouped_tile(gridDim.x, gridDim.y, blockIdx.x, blockIdx.y, maps.group_rows);
-  const int64_t m0 = tile.m * cuda_wgmma_tile_rows, n0 = tile.n * BN;
+  // The block's tile origin (row, column), found where needed rather than held in registers
+  // through the k loop: the wide tile's accumulators leave no room for them.
+  const auto origin = [&] {
+    const cuda_tile_at tile =
+        cuda_grouped_tile(gridDim.x, gridDim.y, blockIdx.x, blockIdx.y, maps.group_rows);
+    return cuda_tile_at{tile.m * cuda_wgmma_tile_rows, tile.n * BN};
+  };
   const bool multiply = p.alpha != Acc(0);  // else the epilogue alone (c = beta c ...)
 
   if (t >= cuda_wgmma_tma_consumers) {  // the producer warpgroup: one thread issues the copies
@@ -185,6 +190,7 @@ __global__ void __launch_bounds__(cuda_wgmma_tma_threads, 1)
       }
     }
     if (t != cuda_wgmma_tma_consumers) return;
+    const auto [m0, n0] = origin();
     int64_t it = 0;  // k steps issued by this block, over every matrix: slot it % S
     for (int64_t z = blockIdx.z; z < batch * p.splits; z += gridDim.z) {
       const auto [zb, k0, steps] = cuda_split_of<BK>(p, z, batch);
@@ -207,7 +213,7 @@ __global__ void __launch_bounds__(cuda_wgmma_tma_threads, 1)
   const int wg = t / 128, l = t % 128;
   // A warpgroup whose 64 rows lie past the product issues no wgmma (as in cuda_gemm_wgmma) but
   // still waits for and releases every stage.
-  const bool rows_inside = m0 + 64 * wg < p.m;
+  const bool rows_inside = origin().m + 64 * wg < p.m;
   int64_t it = 0;
   for (int64_t z = blockIdx.z; z < batch * p.splits; z += gridDim.z) {
     const auto [zb, k0, steps] = cuda_split_of<BK>(p, z, batch);
@@ -234,6 +240,7 @@ __global__ void __launch_bounds__(cuda_wgmma_tma_threads, 1)
     const auto [a, b, c] = cuda_batch_matrix_at<E, E>(p, zb);
     (void)a, (void)b;
     Acc* const part = cuda_gemm_part_of(p, z);
+    const auto [m0, n0] = origin();
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
       cuda_wgmma_store_tile(p, c, part, m0, n0 + 128 * nt, wg, l, acc[nt]);
@@ -241,11 +248,6 @@ __global__ void __launch_bounds__(cuda_wgmma_tma_threads, 1)
 #endif
 }
 
-/// Whether a product is given 128 x 256 tiles rather than 128 x 128 (cuda_wgmma_tma_wide_choice
-/// allowing): where n spans more than one 128-column tile and the wide tiles alone still give
-/// every SM a block (fewer blocks than SMs would leave tensor cores idle, and then k is split
-/// over the narrow ones instead: no split product is widened). Wider tiles read each A tile once
-/// for 256 columns: a quarter less traffic into shared memory per product.
 /// The rows of tiles per group of the TMA kernel's tile order (cuda_grouped_tile): 8; 1 gives the
 /// linear order (benchmarks compare the two).
 inline int32_t& cuda_tile_group_rows() {
@@ -259,6 +261,12 @@ inline int64_t& cuda_wgmma_tma_wide_min_tiles() {
   static int64_t tiles = 0;
   return tiles;
 }
+
+/// Whether a product is given 128 x 256 tiles rather than 128 x 128 (cuda_wgmma_tma_wide_choice
+/// allowing): where n spans more than one 128-column tile and the wide tiles alone still give
+/// every SM a block (fewer blocks than SMs would leave tensor cores idle, and then k is split
+/// over the narrow ones instead: no split product is widened). Wider tiles read each A tile once
+/// for 256 columns: a quarter less traffic into shared memory per product.
 template <class TA, class TB, class Acc, class TC>
 bool cuda_wgmma_tma_wide(const cuda_gemm_args<TA, TB, Acc, TC>& p, int64_t batch) {
   if (!cuda_wgmma_tma_wide_choice().enabled.load(std::memory_order_relaxed) || p.splits != 1 ||
@@ -279,40 +287,39 @@ template <class In, bool ACol, bool BCol, class TA, class TB, class TC>
 bool cuda_gemm_wgmma_tma_launch(dim3 grid,
                                 const cuda_gemm_args<TA, TB, typename cuda_mma_op<In>::acc, TC>& p,
                                 int64_t batch) {
-  {
-    constexpr int64_t limit = int64_t{1} << 31;  // TMA coordinates are signed 32-bit
-    if (!cuda_wgmma_tma_choice().enabled.load(std::memory_order_relaxed) || p.a_off || p.b_off ||
-        p.m >= limit || p.n >= limit || p.k >= limit || batch >= limit)
-      return false;
-    const bool wide = cuda_wgmma_tma_wide(p, batch);
-    constexpr int bytes = cuda_mma_op<In>::size;
-    const uint32_t b_rows = wide ? 256 : 128;  // B's k-major box: the tile's columns
-    cuda_wgmma_tma_maps maps;
-    maps.group_rows = cuda_tile_group_rows();
-    const bool encoded =
-        (ACol ? cuda_tma_operand_of(maps.a, p.a, bytes, p.m, p.k, p.a_cs, batch, p.a_bs, 64)
-              : cuda_tma_operand_of(maps.a, p.a, bytes, p.k, p.m, p.a_rs, batch, p.a_bs,
-                                    cuda_wgmma_tile_rows)) &&
-        (BCol ? cuda_tma_operand_of(maps.b, p.b, bytes, p.k, p.n, p.b_cs, batch, p.b_bs, b_rows)
-              : cuda_tma_operand_of(maps.b, p.b, bytes, p.n, p.k, p.b_rs, batch, p.b_bs, 64));
-    if (!encoded) return false;
-    const auto launch = [&](auto bn, cuda_kernel_choice& choice, dim3 g) {
-      constexpr int BN = decltype(bn)::value;
-      return cuda_try_launch_smem<cuda_gemm_wgmma_tma<In, TA, TB, ACol, BCol, TC, BN>,
-                                  cuda_wgmma_tma_smem_bytes<BN>>(
-          choice, "cuda_gemm_wgmma_tma", g, dim3(cuda_wgmma_tma_threads), p, batch, maps);
-    };
-    if (wide) {
-      const dim3 g(static_cast<unsigned>((p.n + 255) / 256), grid.y, grid.z);
-      if (!launch(std::integral_constant<int, 256>{}, cuda_wgmma_tma_wide_choice(), g))
-        return false;
-      cuda_wgmma_tma_choice().launches.fetch_add(1, std::memory_order_relaxed);
-    } else if (!launch(std::integral_constant<int, 128>{}, cuda_wgmma_tma_choice(), grid)) {
-      return false;
-    }
-    cuda_gemm_choice(cuda_gemm_pipeline::wgmma).launches.fetch_add(1, std::memory_order_relaxed);
-    return true;
+  constexpr int64_t limit = int64_t{1} << 31;  // TMA coordinates are signed 32-bit
+  if (!cuda_wgmma_tma_choice().enabled.load(std::memory_order_relaxed) || p.a_off || p.b_off ||
+      p.m >= limit || p.n >= limit || p.k >= limit || batch >= limit)
+    return false;
+  const bool wide = cuda_wgmma_tma_wide(p, batch);
+  constexpr int bytes = cuda_mma_op<In>::size;
+  const uint32_t b_rows = wide ? 256 : 128;  // B's k-major box: the tile's columns
+  cuda_wgmma_tma_maps maps;
+  maps.group_rows = cuda_tile_group_rows();
+  const bool encoded =
+      (ACol
+           ? cuda_tma_operand_of(maps.a, p.a, bytes, p.m, p.k, p.a_cs, batch, p.a_bs, cuda_wgmma_bk)
+           : cuda_tma_operand_of(maps.a, p.a, bytes, p.k, p.m, p.a_rs, batch, p.a_bs,
+                                 cuda_wgmma_tile_rows)) &&
+      (BCol ? cuda_tma_operand_of(maps.b, p.b, bytes, p.k, p.n, p.b_cs, batch, p.b_bs, b_rows)
+            : cuda_tma_operand_of(maps.b, p.b, bytes, p.n, p.k, p.b_rs, batch, p.b_bs,
+                                  cuda_wgmma_bk));
+  if (!encoded) return false;
+  const auto launch = [&](auto bn, cuda_kernel_choice& choice, dim3 g) {
+    constexpr int BN = decltype(bn)::value;
+    return cuda_try_launch_smem<cuda_gemm_wgmma_tma<In, TA, TB, ACol, BCol, TC, BN>,
+                                cuda_wgmma_tma_smem_bytes<BN>>(
+        choice, "cuda_gemm_wgmma_tma", g, dim3(cuda_wgmma_tma_threads), p, batch, maps);
+  };
+  if (wide) {
+    const dim3 g(static_cast<unsigned>((p.n + 255) / 256), grid.y, grid.z);
+    if (!launch(std::integral_constant<int, 256>{}, cuda_wgmma_tma_wide_choice(), g)) return false;
+    cuda_wgmma_tma_choice().launches.fetch_add(1, std::memory_order_relaxed);
+  } else if (!launch(std::integral_constant<int, 128>{}, cuda_wgmma_tma_choice(), grid)) {
+    return false;
   }
+  cuda_gemm_choice(cuda_gemm_pipeline::wgmma).launches.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 }  // namespace detail
