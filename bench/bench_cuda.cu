@@ -310,8 +310,11 @@ void bm_gemm(benchmark::State& st, impl who, int64_t m, int64_t k, int64_t n, do
       ~wide_scope() { ts::detail::cuda_wgmma_tma_wide_choice().enabled = true; }
     } const width(who != impl::tessera_narrow);
     struct order_scope {  // the TMA feed's tile order, linear for tessera_linear_order rows
-      explicit order_scope(bool grouped) { ts::detail::cuda_tile_group_rows() = grouped ? 8 : 1; }
-      ~order_scope() { ts::detail::cuda_tile_group_rows() = 8; }
+      int32_t saved = ts::detail::cuda_tile_group_rows();
+      explicit order_scope(bool grouped) {
+        if (!grouped) ts::detail::cuda_tile_group_rows() = 1;
+      }
+      ~order_scope() { ts::detail::cuda_tile_group_rows() = saved; }
     } const order(who != impl::tessera_linear_order);
     const split_scope split(who == impl::tessera_whole_k ? 1 : 0);
     // tf32 is tessera's float product under matmul_precision::high (restored on the way out).
@@ -343,15 +346,13 @@ void add_gemm(const char* type, int64_t m, int64_t k, int64_t n, double tol, int
   // Kinds where tessera rows (B row-major) run wgmma when built for sm_90a.
   constexpr bool has_wgmma =
       K == kind::tf32 || K == kind::fp16 || K == kind::bf16 || K == kind::int8 || K == kind::fp8;
-  // Kinds whose wgmma products the TMA feed takes: all of them.
-  constexpr bool has_tma = has_wgmma;
   for (impl who : {impl::tessera, impl::tessera_cp_async, impl::tessera_narrow,
                    impl::tessera_linear_order, impl::tessera_mma, impl::tessera_wmma,
                    impl::tessera_staged, impl::tessera_tn, impl::tessera_whole_k, impl::cublas}) {
     if ((who == impl::tessera_whole_k && !whole_k) || (who == impl::tessera_staged && !variants) ||
         ((who == impl::tessera_cp_async || who == impl::tessera_narrow ||
-          who == impl::tessera_linear_order) &&
-         !(variants && has_tma)) ||
+          who == impl::tessera_linear_order) &&  // the TMA feed takes every wgmma kind
+         !(variants && has_wgmma)) ||
         (who == impl::tessera_mma && !(variants && has_wgmma)) ||
         (who == impl::tessera_wmma && !(variants && has_mma)) ||
         (who == impl::tessera_tn && !(variants && has_tn)))

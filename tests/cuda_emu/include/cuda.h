@@ -145,7 +145,7 @@ inline void tma_load(uint32_t dst, const CUtensorMap* map, const int32_t* coords
       for (uint64_t b = 0; b < row_bytes; ++b) {
         const int64_t e = static_cast<int64_t>(b / t.element_bytes);
         uint32_t to = dst + static_cast<uint32_t>(row * row_bytes + b);
-        if (t.swizzle == CU_TENSOR_MAP_SWIZZLE_128B) to ^= (to >> 7 & 7) << 4;
+        if (t.swizzle == CU_TENSOR_MAP_SWIZZLE_128B) to = swizzle_128b(to);
         dynamic_smem[to] =
             any && e >= lo && e < hi ? src[(e - lo) * t.element_bytes + b % t.element_bytes] : 0;
       }

@@ -303,6 +303,18 @@ inline void fiber_main() {
   // returning resumes uc_link: the scheduler
 }
 
+/// Parks the running thread of block r in `state` (waiting at a __syncthreads, or polling an
+/// mbarrier), noting where, and switches to the scheduler; returns when it runs again.
+inline void park(block_run& r, decltype(fiber::state) state, const char* file, int line) {
+  fiber& f = *r.current;
+  f.state = state;
+  f.barrier_file = file;
+  f.barrier_line = line;
+  asan_enter(&f.asan_fake_stack, r.scheduler_stack, r.scheduler_stack_bytes);
+  swapcontext(&f.ctx, &r.scheduler);
+  asan_entered(f.asan_fake_stack, &r.scheduler_stack, &r.scheduler_stack_bytes);
+}
+
 /// __syncthreads(): park this thread until every thread of the block has arrived.
 inline void sync_threads(const char* file, int line) {
   block_run* r = running;
@@ -311,13 +323,7 @@ inline void sync_threads(const char* file, int line) {
                  line);
     std::abort();
   }
-  fiber& f = *r->current;
-  f.state = fiber::waiting;
-  f.barrier_file = file;
-  f.barrier_line = line;
-  asan_enter(&f.asan_fake_stack, r->scheduler_stack, r->scheduler_stack_bytes);
-  swapcontext(&f.ctx, &r->scheduler);
-  asan_entered(f.asan_fake_stack, &r->scheduler_stack, &r->scheduler_stack_bytes);
+  park(*r, fiber::waiting, file, line);
 }
 
 // getcontext and swapcontext return twice: they live in these small functions so that the
@@ -366,6 +372,10 @@ inline thread_local size_t dynamic_smem_bytes = 0;  // how many bytes the launch
 inline uint32_t smem_address(const void* p) {
   return static_cast<uint32_t>(static_cast<const unsigned char*>(p) - dynamic_smem);
 }
+
+/// The shared address where the 128-byte swizzle puts the byte at address `at`: its 16-byte chunk
+/// bits (4-6) XORed with its bits 7-9, as the hardware does for wgmma's operands and TMA's copies.
+inline uint32_t swizzle_128b(uint32_t at) { return at ^ (at >> 7 & 7) << 4; }
 
 /// The running block's mbarrier at shared address `at`; null (the launch failed, with a
 /// message naming `op`) where none was initialised.
@@ -678,14 +688,9 @@ inline void mbarrier_wait(uint32_t at, unsigned parity, const char* file, int li
   fiber& f = current_fiber("mbarrier.try_wait");
   block_run& r = *running;
   while (!mbarrier_passed(r, at, parity)) {
-    f.state = fiber::polling;
     f.poll_barrier = at;
     f.poll_parity = parity;
-    f.barrier_file = file;
-    f.barrier_line = line;
-    asan_enter(&f.asan_fake_stack, r.scheduler_stack, r.scheduler_stack_bytes);
-    swapcontext(&f.ctx, &r.scheduler);
-    asan_entered(f.asan_fake_stack, &r.scheduler_stack, &r.scheduler_stack_bytes);
+    park(r, fiber::polling, file, line);
   }
 }
 

@@ -322,7 +322,7 @@ void wgmma_m64nN_now(D* d, int n, uint64_t desc_a, uint64_t desc_b, bool trans_a
     uint32_t at =
         mn_major ? dd.start + (o / 64) * dd.lbo + (k / 8) * dd.sbo + (k % 8) * 128 + (o % 64) * 2
                  : dd.start + (o / 8) * dd.sbo + (o % 8) * 128 + k * size;
-    at ^= (at >> 7 & 7) << 4;
+    at = swizzle_128b(at);
     if (at + size > dynamic_smem_bytes) {
       std::fprintf(stderr,
                    "tessera cuda emulation: wgmma reads shared byte %u of the %zu the launch "

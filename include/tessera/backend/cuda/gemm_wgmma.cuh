@@ -31,7 +31,8 @@
 //    later, not one (cuda_pipelined_k_loop's Lag = 1), so with five slots the copies still run
 //    three steps ahead (161 KiB of shared memory).
 // The TMA-fed, warp-specialised variant (gemm_wgmma_tma.cuh) takes the products it can (not
-// tf32, not the channels-last gather); this kernel the rest. Not yet: clusters (multicast).
+// the channels-last gather, not batch offsets held in device arrays); this kernel the rest. Not
+// yet: clusters (multicast).
 #pragma once
 
 #include <cuda_bf16.h>
