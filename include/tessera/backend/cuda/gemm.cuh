@@ -3,16 +3,16 @@
 // for every input type the CPU GEMM takes (float, double, half, bfloat16, fp8 -> float; int8 /
 // uint8 -> int32 exact).
 //
-// The kernel: 128 x 128 output tiles, 256 threads, each thread 8 x 8 outputs in registers,
-// k in steps of 8 through shared memory, the next step's tile loaded into registers while the
-// current one is multiplied (two shared buffers, one barrier per step). Loads follow whichever
-// of the operand's strides is 1, so row- and column-major operands (transposes as views) both
-// read whole 32-byte sectors per warp. Accumulation is in Acc in a fixed order (k ascending),
-// so a result does not depend on the launch geometry. Where the code was built for sm_80 or
-// newer, 16- and 8-bit floats, int8 x int8, uint8 x uint8, and float x float under
-// set_float32_matmul_precision(high) run on the tensor cores instead (gemm_tc.cuh), through the
-// multi-stage cp.async pipeline (gemm_tc_async.cuh) when the operands are half, bfloat16 or
-// float in row- or column-major layouts with 16-byte aligned rows.
+// The kernel: 128 x 128 output tiles, 256 threads, each thread 8 x 8 outputs in registers (four
+// 4 x 4 quads, read from shared memory as 4-wide vectors), k in steps of 8 through shared memory,
+// the next step's tile loaded into registers while the current one is multiplied (two shared
+// buffers, one barrier per step). Loads follow whichever of the operand's strides is 1, so row- and
+// column-major operands (transposes as views) both read whole 32-byte sectors per warp.
+// Accumulation is in Acc in a fixed order (k ascending), so a result does not depend on the launch
+// geometry. Where the code was built for sm_80 or newer, 16- and 8-bit floats, int8 x int8, uint8 x
+// uint8, and float x float under set_float32_matmul_precision(high) run on the tensor cores instead
+// (gemm_tc.cuh), through the multi-stage cp.async pipeline (gemm_tc_async.cuh) when the operands
+// are half, bfloat16 or float in row- or column-major layouts with 16-byte aligned rows.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -156,18 +156,48 @@ __device__ __forceinline__ void cuda_gemm_kgather_b(const TB* x,
   }
 }
 
-/// One 128 x 128 tile of matrix blockIdx.z (+ 65535 * i for large batches) per block. Thread
-/// (ty, tx) = (t / 16, t % 16) owns rows ty + 16 i and columns tx + 16 j (i, j < 8): a warp's
-/// shared-memory reads of B are 16 consecutive words, of A two broadcast words.
+/// Where a SIMT thread's outputs lie in its block's 128 x 128 tile. The 8 warps form a 4 x 2 grid
+/// of 32 x 64 warp tiles; a warp's lanes a 4 x 8 grid of 4 x 4 quads, repeated twice down (16
+/// rows apart) and twice across (32 columns apart). Thread output (i, j), i, j < 8, is at row
+/// row0 + 16 (i / 4) + i % 4 and column col0 + 32 (j / 4) + j % 4. Why quads: each k step a
+/// thread reads its 8 A and 8 B values as four 4-wide shared loads (128-bit for float and int32),
+/// and a warp's lanes read 64 (A) and 128 (B) consecutive bytes, so each load is one shared-memory
+/// wavefront without conflicts: 4 load instructions per 64 FMAs, where one value per load took 16.
+struct cuda_simt_quads {
+  int row0, col0;
+  __device__ __forceinline__ explicit cuda_simt_quads(int t)
+      : row0((t / 32) / 2 * 32 + (t % 32) / 8 * 4), col0((t / 32) % 2 * 64 + (t % 32) % 8 * 4) {}
+  __device__ __forceinline__ int row(int i) const { return row0 + 16 * (i / 4) + i % 4; }
+  __device__ __forceinline__ int col(int j) const { return col0 + 32 * (j / 4) + j % 4; }
+};
+
+/// Four consecutive values of a shared tile row, read as one vector (two for double).
+template <class Acc>
+struct alignas(4 * sizeof(Acc)) cuda_simt_quad {
+  Acc v[4];
+};
+
+/// The shared tiles' row pitch: 4 more than the tile, so that the transposing stores of a
+/// row-major A (and a column-major B) - eight k values of one row by eight consecutive threads -
+/// fall in eight different bank groups rather than one, and rows stay aligned for quad reads.
+inline constexpr int cuda_gemm_pitch = cuda_gemm_bm + 4;
+
+/// One 128 x 128 tile of matrix blockIdx.z (+ 65535 * i for large batches) per block, each
+/// thread 8 x 8 outputs placed as cuda_simt_quads says.
 template <class TA, class TB, class Acc, bool Gather = false, class TC = Acc, bool KGather = false>
 __global__ void __launch_bounds__(cuda_gemm_threads)
     cuda_gemm_simt(cuda_gemm_args<TA, TB, Acc, TC> p, int64_t batch) {
   static_assert(!(Gather && KGather), "one gather at a time");
-  constexpr int BM = cuda_gemm_bm, BN = cuda_gemm_bn, BK = cuda_gemm_bk;
-  __shared__ Acc As[2][BK][BM];
-  __shared__ Acc Bs[2][BK][BN];
-  const int t = threadIdx.x, tx = t % 16, ty = t / 16;
-  const int64_t m0 = int64_t{blockIdx.y} * BM, n0 = int64_t{blockIdx.x} * BN;
+  static_assert(cuda_gemm_bm == 128 && cuda_gemm_bn == 128 && cuda_gemm_threads == 256,
+                "cuda_simt_quads places 256 threads on a 128 x 128 tile");
+  constexpr int BK = cuda_gemm_bk, LD = cuda_gemm_pitch;
+  using quad = cuda_simt_quad<Acc>;
+  __shared__ quad As_[2][BK][LD / 4];  // quads, so the tiles are aligned for quad reads
+  __shared__ quad Bs_[2][BK][LD / 4];
+  auto As = reinterpret_cast<Acc(*)[BK][LD]>(&As_[0][0][0]);
+  auto Bs = reinterpret_cast<Acc(*)[BK][LD]>(&Bs_[0][0][0]);
+  const cuda_simt_quads at(threadIdx.x);
+  const int64_t m0 = int64_t{blockIdx.y} * cuda_gemm_bm, n0 = int64_t{blockIdx.x} * cuda_gemm_bn;
   for (int64_t z = blockIdx.z; z < batch * p.splits; z += gridDim.z) {
     const auto [zb, k_begin, steps] = cuda_split_of<BK>(p, z, batch);
     const auto [a, b, c] = cuda_batch_matrix_at<TA, TB>(p, zb);
@@ -209,15 +239,16 @@ __global__ void __launch_bounds__(cuda_gemm_threads)
         }
 #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
-          Acc av[8], bv[8];
+          quad av[2], bv[2];
 #pragma unroll
-          for (int i = 0; i < 8; ++i) av[i] = As[buf][kk][ty + 16 * i];
-#pragma unroll
-          for (int j = 0; j < 8; ++j) bv[j] = Bs[buf][kk][tx + 16 * j];
+          for (int h = 0; h < 2; ++h) {
+            av[h] = As_[buf][kk][(at.row0 + 16 * h) / 4];
+            bv[h] = Bs_[buf][kk][(at.col0 + 32 * h) / 4];
+          }
 #pragma unroll
           for (int i = 0; i < 8; ++i)
 #pragma unroll
-            for (int j = 0; j < 8; ++j) acc[i][j] += av[i] * bv[j];
+            for (int j = 0; j < 8; ++j) acc[i][j] += av[i / 4].v[i % 4] * bv[j / 4].v[j % 4];
         }
         if (more) {
           // The other buffer was last read before the previous barrier: safe to overwrite.
@@ -233,11 +264,11 @@ __global__ void __launch_bounds__(cuda_gemm_threads)
     Acc* const part = cuda_gemm_part_of(p, z);  // split k: raw sums, else null
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const int64_t gi = m0 + ty + 16 * i;
+      const int64_t gi = m0 + at.row(i);
       if (gi >= p.m) continue;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const int64_t gj = n0 + tx + 16 * j;
+        const int64_t gj = n0 + at.col(j);
         if (gj < p.n) cuda_gemm_store_part(p, c, part, gi, gj, acc[i][j]);
       }
     }
