@@ -6,13 +6,16 @@
 //   conv_<pass>/<math>/<impl>/<shape>   pass fwd | bwd_data | bwd_filter;
 //                                       math fp32 | tf32 | fp16 | bf16;
 //                                       impl tessera | tessera_planar | tessera_whole_k |
-//                                            cudnn
+//                                            tessera_lowered | cudnn
 //
 // tessera_planar (tf32, fp16 and bf16 forward and input gradient): the implicit GEMM on planar
 // (NCHW) images through the register-staged kernel, with the pipelined kernels switched off;
 // tessera then runs the channels-last implicit GEMM on them where the channels allow (16 bytes
 // per group). tessera_whole_k (forward and weight gradient of lenet2, resnet14, stride2, whose
 // products have few tiles): the default kernels with k never split (gemm_split.cuh).
+// tessera_lowered (weight gradient): implicit GEMM switched off, so the input is lowered into a
+// column matrix in device memory and dy regrouped beside it, then one GEMM per chunk of images:
+// what the implicit weight gradients (SIMT for fp32, the tensor-core kernel for the others) gain.
 //
 // math fp32: float inputs and products (tessera's default; cuDNN with CUDNN_FMA_MATH, which
 // keeps it off the tensor cores); tf32: tessera under set_float32_matmul_precision(high), cuDNN
@@ -208,11 +211,12 @@ struct conv_case {
   }
 };
 
-enum class impl { tessera, tessera_planar, tessera_whole_k, cudnn };
+enum class impl { tessera, tessera_planar, tessera_whole_k, tessera_lowered, cudnn };
 const char* impl_name(impl i) {
   return i == impl::tessera           ? "tessera/"
          : i == impl::tessera_planar  ? "tessera_planar/"
          : i == impl::tessera_whole_k ? "tessera_whole_k/"
+         : i == impl::tessera_lowered ? "tessera_lowered/"
                                       : "cudnn/";
 }
 
@@ -231,6 +235,13 @@ void bm_conv(benchmark::State& st, const conv_shape& s, pass p, math m, impl who
     ~kernel_scope() { ts::detail::cuda_gemm_start_at(pipeline::wgmma); }
   } const kernels(who);
   const split_scope split(who == impl::tessera_whole_k ? 1 : 0);
+  // tessera_lowered: implicit GEMM off for this row only.
+  struct lowering_scope {
+    explicit lowering_scope(impl who) {
+      ts::detail::cuda_conv_implicit_gemm() = who != impl::tessera_lowered;
+    }
+    ~lowering_scope() { ts::detail::cuda_conv_implicit_gemm() = true; }
+  } const lowering(who);
   auto out = poisoned<T>(cc.out_shape(p));
   if (who != impl::cudnn) {
     auto ref = poisoned<T>(cc.out_shape(p));
@@ -257,13 +268,15 @@ void add_benchmarks() {
     for (pass p : {pass::fwd, pass::bwd_data, pass::bwd_filter})
       for (const conv_shape& s : bench::all_shapes()) {
         if (p == pass::bwd_data && !s.input_grad) continue;
-        for (impl who : {impl::tessera, impl::tessera_planar, impl::tessera_whole_k, impl::cudnn}) {
+        for (impl who : {impl::tessera, impl::tessera_planar, impl::tessera_whole_k,
+                         impl::tessera_lowered, impl::cudnn}) {
           // The planar rows are there to compare with the channels-last path, which takes
           // tensor-core products only, and forward-shaped passes only.
           if (who == impl::tessera_planar && (m == math::fp32 || p == pass::bwd_filter)) continue;
           // Whole-k rows where the products have few tiles (split by default).
           const bool few_tiles = s.name == "lenet2" || s.name == "resnet14" || s.name == "stride2";
           if (who == impl::tessera_whole_k && (!few_tiles || p == pass::bwd_data)) continue;
+          if (who == impl::tessera_lowered && p != pass::bwd_filter) continue;
           const auto body = [=](benchmark::State& st) {
             if (m == math::fp16)
               bm_conv<ts::half>(st, s, p, m, who);

@@ -89,25 +89,27 @@ def gemm_table(rows, out, verdicts):
 def conv_table(rows, out, verdicts):
     pairs = defaultdict(dict)  # (pass, math, shape) -> impl -> row
     for name, r in rows.items():
-        m = re.match(r"conv_(\w+)/(\w+)/(tessera_planar|tessera_whole_k|tessera|cudnn)/(\w+)$",
-                     name)
+        m = re.match(r"conv_(\w+)/(\w+)/(tessera_planar|tessera_whole_k|tessera_lowered|tessera|"
+                     r"cudnn)/(\w+)$", name)
         if m:
             pairs[(m.group(1), m.group(2), m.group(4))][m.group(3)] = r
     # tessera_planar (tf32): the planar implicit GEMM on the register-staged kernel, where tessera
-    # runs the channels-last one on the pipelined kernels (when the channels allow).
+    # runs the channels-last one on the pipelined kernels (when the channels allow);
+    # tessera_lowered (weight gradients): implicit GEMM off, the input lowered in device memory.
     out.append("| pass | math | shape | tessera TFLOP/s | cuDNN TFLOP/s | tessera / cuDNN | rel_err "
-               "| planar TFLOP/s | k whole TFLOP/s |")
-    out.append("|---|---|---|---:|---:|---:|---:|---:|---:|")
+               "| planar TFLOP/s | k whole TFLOP/s | lowered TFLOP/s |")
+    out.append("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for (p, math, shape), impl in sorted(pairs.items()):
         t, c, pl = impl.get("tessera"), impl.get("cudnn"), impl.get("tessera_planar")
-        wk = impl.get("tessera_whole_k")
+        wk, lw = impl.get("tessera_whole_k"), impl.get("tessera_lowered")
         tm, cm = median(t), median(c)
         ratio = cm / tm if tm and cm else None
         out.append(f"| {p} | {math} | {shape} | {fmt(t and t.get('TFLOP/s'), '.2f')} | "
                    f"{fmt(c and c.get('TFLOP/s'), '.2f')} | {fmt(ratio, '.2f')} | "
                    f"{fmt(t and t.get('rel_err'), '.1e')} | "
                    f"{fmt(pl and median(pl) and pl.get('TFLOP/s'), '.2f')} | "
-                   f"{fmt(wk and median(wk) and wk.get('TFLOP/s'), '.2f')} |")
+                   f"{fmt(wk and median(wk) and wk.get('TFLOP/s'), '.2f')} | "
+                   f"{fmt(lw and median(lw) and lw.get('TFLOP/s'), '.2f')} |")
         if p == "fwd" and shape.startswith("resnet"):
             verdicts.append((f"conv fwd {math} {shape} >= {CONV_TARGET}x cuDNN", ratio,
                              CONV_TARGET))

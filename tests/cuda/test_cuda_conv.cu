@@ -333,11 +333,18 @@ TEST_F(CudaConvOps, TapTablesAreBuiltOncePerGeometry) {
   expect_close(second.to<ts::cpu>(), ts::conv2d(x, w, o), 0, 0, "conv2d, table reused");
 }
 
-// The weight gradient of float and double convolutions as implicit GEMM: one launch per group
-// with k whole, two (product and reduction) with k split, none of them lowering the input or
-// regrouping dy; the same sums as the CPU's, exactly (small integers), on every case.
+// The weight gradient as implicit GEMM: one launch per group with k whole, two (product and
+// reduction) with k split, none of them lowering the input or regrouping dy; the same sums as the
+// CPU's, exactly (small integers), on every case. float and double run on the SIMT kernel; half,
+// bfloat16 and float under tf32 on the register-staged tensor-core kernel where it was built for
+// sm_80+ (each case checks which), else on the SIMT kernel too.
 template <class T>
-void expect_implicit_weight_gradients(const std::string& tag) {
+void expect_implicit_weight_gradients(const std::string& tag, bool tensor_core_type) {
+  namespace d = ts::detail;
+  using Cfg = typename d::cuda_tc_select<T, T, float>::type;
+  bool tensor_cores = false;
+  if constexpr (!std::is_void_v<Cfg>)
+    tensor_cores = tensor_core_type && d::cuda_built_for(d::cuda_gemm_tc<Cfg, T, T>, 80);
   uint64_t seed = 700;
   for (const auto& c : conv_cases) {
     const auto x = ints<T>(c.x, seed++), w = ints<T>(c.w, seed++);
@@ -349,20 +356,35 @@ void expect_implicit_weight_gradients(const std::string& tag) {
       const split_k_scope split(parts);
       const std::string what = tag + c.name + (parts > 1 ? " (k in 3 parts)" : " (k whole)");
       const int64_t before = ts::cuda_activity_counts().launches;
+      const int64_t tc_before = d::cuda_gemm_tc_choice().launches.load();
       const auto got = ts::conv2d_backward_weight(dyd, xd, c.w, c.o);
       const int64_t launches = ts::cuda_activity_counts().launches - before;
+      const int64_t tc_launches = d::cuda_gemm_tc_choice().launches.load() - tc_before;
       const int64_t pairs = c.x[0] * want.numel() == 0 ? 0 : dy.numel() / dy.shape()[1];
       // A split needs 2 granules of 128 pairs; then every group is a product and its reduction.
+      // 16-bit gradients are summed in float, then converted (one launch).
       const bool split_taken = parts > 1 && pairs > 128;
-      EXPECT_EQ(launches, c.o.groups * (split_taken ? 2 : 1)) << what;
+      const int converts = sizeof(T) == 2 ? 1 : 0;
+      EXPECT_EQ(launches, c.o.groups * (split_taken ? 2 : 1) + converts) << what;
+      EXPECT_EQ(tc_launches, tensor_cores ? c.o.groups : 0) << what << ": which kernel";
       expect_close(got.template to<ts::cpu>(), want, 0, 0, what);
     }
   }
 }
 
 TEST_F(CudaConvOps, WeightGradientsAsImplicitGemm) {
-  expect_implicit_weight_gradients<float>("float ");
-  expect_implicit_weight_gradients<double>("double ");
+  expect_implicit_weight_gradients<float>("float ", false);
+  expect_implicit_weight_gradients<double>("double ", false);
+  expect_implicit_weight_gradients<ts::half>("half ", true);
+  expect_implicit_weight_gradients<ts::bfloat16>("bfloat16 ", true);
+  const ts::matmul_precision saved = ts::get_float32_matmul_precision();
+  ts::set_float32_matmul_precision(ts::matmul_precision::high);
+  expect_implicit_weight_gradients<float>("float (tf32) ", true);
+  ts::set_float32_matmul_precision(saved);
+  // Switched off, the tensor-core types run on the SIMT kernel, with the same sums.
+  ts::detail::cuda_gemm_tc_choice().enabled = false;
+  expect_implicit_weight_gradients<ts::bfloat16>("bfloat16 (SIMT) ", false);
+  ts::detail::cuda_gemm_tc_choice().enabled = true;
 }
 
 TEST_F(CudaConvOps, ConvErrorsAreThrownBeforeAnyLaunch) {

@@ -12,12 +12,13 @@
 // (stride 1, padding (r - 1) * dil - pad) with the weights flipped in both taps and transposed
 // in the channels (cuda_conv_flip_weights, a copy of w's size): no column matrix. Strided input
 // gradients: W^T dy into a column matrix, then col2im gathers each input element's taps (each
-// element written once: no atomics). Weight gradient: implicit GEMM on the SIMT kernel (float and
-// double, tf32 off), k running over every (image, pixel) pair, dy's rows and the input's taps
-// gathered on load (cuda_conv_k_gather); elsewhere (the tensor-core types, or positions beyond 32
-// bits) the chunk's columns and dy are laid side by side along the pixel axis, so one GEMM per
-// chunk and group sums over the chunk's images, chunks accumulating with beta = 1 in order. Every
-// sum has a fixed order, so results are reproducible run to run.
+// element written once: no atomics). Weight gradient: implicit GEMM (float and double on the SIMT
+// kernel; half, bfloat16 and tf32 on the register-staged tensor-core kernel), k running over
+// every (image, pixel) pair, dy's rows and the input's taps gathered on load
+// (cuda_conv_k_gather); elsewhere (other types, or positions beyond 32 bits) the chunk's columns
+// and dy are laid side by side along the pixel axis, so one GEMM per chunk and group sums over the
+// chunk's images, chunks accumulating with beta = 1 in order. Every sum has a fixed order, so
+// results are reproducible run to run.
 //
 // The lowerings go through device memory (chunks of at most cuda_conv_chunk_bytes); see
 // docs/cuda.md.
@@ -237,23 +238,19 @@ inline bool& cuda_conv_implicit_gemm() {
   return enabled;
 }
 
-/// The element types whose weight gradient may run as implicit GEMM (cuda_conv_k_gather): those
-/// the SIMT kernel multiplies (float, double). The tensor-core kernels have no k gather, so the
-/// 16- and 8-bit types, and float under tf32, lower.
-template <class TG, class TX, class Acc>
-inline constexpr bool cuda_conv_weight_grad_gathers =
-    std::is_same_v<TG, TX>&& std::is_same_v<TX, Acc> &&
-    (std::is_same_v<Acc, float> || std::is_same_v<Acc, double>);
+/// The element types whose weight gradient may run as implicit GEMM (cuda_conv_k_gather): the
+/// convolution's floating types, dy and the input of one type (float and double on the SIMT
+/// kernel; half, bfloat16, and float under tf32, on the register-staged tensor-core kernel).
+template <class TG, class TX>
+inline constexpr bool cuda_conv_weight_grad_gathers = std::is_same_v<TG, TX> &&
+                                                      (std::is_same_v<TX, float> ||
+                                                       std::is_same_v<TX, double> ||
+                                                       std::is_same_v<TX, half> ||
+                                                       std::is_same_v<TX, bfloat16>);
 
-/// Whether g's weight gradient runs as implicit GEMM: the types above with the tensor cores not
-/// chosen (float under tf32 is), implicit GEMM switched on, and every position, and the (image,
-/// pixel) pairs, within the gathers' 32 bits.
-template <class TG, class TX, class Acc>
-bool cuda_conv_weight_grad_implicit(const conv_geometry& g) {
-  using Cfg = typename cuda_tc_select<TG, TX, Acc>::type;
-  if constexpr (!std::is_void_v<Cfg>) {
-    if (Cfg::allowed()) return false;
-  }
+/// Whether g's weight gradient runs as implicit GEMM: the types above, implicit GEMM switched on,
+/// and every position, and the (image, pixel) pairs, within the gathers' 32 bits.
+inline bool cuda_conv_weight_grad_implicit(const conv_geometry& g) {
   return cuda_conv_implicit_gemm() && cuda_conv_implicit_fits(g) &&
          g.n * g.ho * g.wo < (int64_t{1} << 31);
 }
@@ -516,9 +513,8 @@ struct conv_kernel<cuda> {
     const detail::conv_geometry& g = p.g;
     const int64_t cg = g.c / g.groups, kg = g.k / g.groups, K = cg * g.r * g.s, P = g.ho * g.wo;
     if (g.k == 0 || K == 0) return;
-    if constexpr (detail::cuda_conv_weight_grad_gathers<TG, TX, Acc>) {
-      if (detail::cuda_conv_weight_grad_implicit<TG, TX, Acc>(g))
-        return run_weight_grad_implicit(p);
+    if constexpr (detail::cuda_conv_weight_grad_gathers<TG, TX>) {
+      if (detail::cuda_conv_weight_grad_implicit(g)) return run_weight_grad_implicit(p);
     }
     const int64_t per_image = K * P * int64_t{sizeof(TX)} + kg * P * int64_t{sizeof(TG)};
     const int64_t nb = detail::cuda_conv_chunk(g.n, per_image);
@@ -546,7 +542,7 @@ struct conv_kernel<cuda> {
   }
 
   /// The weight gradient as implicit GEMM, one product per group over every (image, pixel)
-  /// pair: dy's rows and the input's taps are gathered as the SIMT kernel loads them
+  /// pair: dy's rows and the input's taps are gathered as the GEMM kernel loads them
   /// (cuda_conv_k_gather), so neither the lowered input nor a regrouped dy is written; k is split
   /// where the product has few output tiles. One launch per group (two with a split) instead of
   /// im2col, a dy gather and the product per chunk of images.

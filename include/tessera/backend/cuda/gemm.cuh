@@ -93,67 +93,34 @@ __device__ __forceinline__ void cuda_gemm_gather_b(const TB* image,
                         [](TB v) { return cuda_gemm_in<Acc>(v); });
 }
 
-/// The (image, pixel) pair of k index q of a weight gradient's product (see cuda_conv_k_gather);
-/// (0, 0) and inside false beyond k.
-struct cuda_k_pair {
-  bool inside;
-  int64_t image;
-  int pixel;
-};
-template <class TA, class TB, class Acc, class TC>
-__device__ __forceinline__ cuda_k_pair cuda_k_pair_of(const cuda_gemm_args<TA, TB, Acc, TC>& p,
-                                                      int64_t q) {
-  if (q >= p.k) return {false, 0, 0};
-  const int64_t b = p.kgather.pixels(static_cast<uint32_t>(q));
-  return {true, b, static_cast<int>(q - b * int64_t{p.kgather.pixels.d})};
-}
-
 /// The [128 x 8] slice of a weight gradient's A (dy; see cuda_conv_k_gather) at (row m0, k0) in
-/// cuda_gemm_load_a's k-fast layout: each thread's k column is one (image, pixel) pair, found
-/// once; eight consecutive threads read eight consecutive pixels of a row of dy.
+/// cuda_gemm_load_a's k-fast layout: eight consecutive threads read eight consecutive pixels of
+/// a row of dy.
 template <class Acc, class TA, class TB, class TC>
 __device__ __forceinline__ void cuda_gemm_kgather_a(const TA* a,
                                                     const cuda_gemm_args<TA, TB, Acc, TC>& p,
                                                     int64_t m0, int64_t k0, Acc (&r)[4],
                                                     int (&row)[4], int (&col)[4]) {
   const int t = threadIdx.x;
-  const auto [inside, b, pixel] = cuda_k_pair_of(p, k0 + t % 8);
-  const TA* at = a + b * p.kgather.a_image + pixel;
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    row[j] = t / 8 + 32 * j, col[j] = t % 8;
-    const int64_t gi = m0 + row[j];
-    r[j] = inside && gi < p.m ? cuda_gemm_in<Acc>(at[gi * p.a_rs]) : Acc(0);
-  }
+  for (int j = 0; j < 4; ++j) row[j] = t / 8 + 32 * j, col[j] = t % 8;
+  cuda_k_gather_load_a(a, p.kgather, p.a_rs, p.m, p.k, m0, k0, t / 8, t % 8, 32, r,
+                       [](TA v) { return cuda_gemm_in<Acc>(v); });
 }
 
 /// The [8 x 128] slice of a weight gradient's B (the lowered input; see cuda_conv_k_gather) at
 /// (k0, column n0) in cuda_gemm_load_b's k-fast layout: each thread's row is one (image, pixel)
-/// pair, whose input corner it finds once; its four columns are taps read through the table.
+/// pair, its four columns taps read through the table.
 template <class Acc, class TA, class TB, class TC>
 __device__ __forceinline__ void cuda_gemm_kgather_b(const TB* x,
                                                     const cuda_gemm_args<TA, TB, Acc, TC>& p,
                                                     int64_t k0, int64_t n0, Acc (&r)[4],
                                                     int (&row)[4], int (&col)[4]) {
   const int t = threadIdx.x;
-  const cuda_conv_gather& g = p.conv;
-  const auto [inside, b, pixel] = cuda_k_pair_of(p, k0 + t % 8);
-  const auto [y0, x0] = g.origin_of(pixel);
-  const TB* image = x + b * p.kgather.b_image + (int64_t{y0} * g.w + x0);
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    row[j] = t % 8, col[j] = t / 8 + 32 * j;
-    const int64_t kk = n0 + col[j];
-    Acc v = Acc(0);
-    if (inside && kk < p.n) {
-      const cuda_conv_tap tap = g.taps[kk];
-      const int y = y0 + tap.dy, xx = x0 + tap.dx;
-      if (static_cast<unsigned>(y) < static_cast<unsigned>(g.h) &&
-          static_cast<unsigned>(xx) < static_cast<unsigned>(g.w))
-        v = cuda_gemm_in<Acc>(image[tap.offset]);
-    }
-    r[j] = v;
-  }
+  for (int j = 0; j < 4; ++j) row[j] = t % 8, col[j] = t / 8 + 32 * j;
+  cuda_k_gather_load_b(x, p.conv, p.kgather, p.k, p.n, k0, n0, t % 8, t / 8, 32, r,
+                       [](TB v) { return cuda_gemm_in<Acc>(v); });
 }
 
 /// Where a SIMT thread's outputs lie in its block's 128 x 128 tile. The 8 warps form a 4 x 2 grid
@@ -382,10 +349,13 @@ bool cuda_gemm_run(const gemm_problem<TA, TB, Acc, TC>& pr, const cuda_conv_gath
       } else if (cuda_gemm_try_async<Cfg>(pr, p, grid)) {
         return true;
       }
-      return cuda_gemm_run_split(p, pr.batch, grid, cuda_split_min_tc, [&](dim3 g, const auto& q) {
-        cuda_launch("cuda_gemm_tc", kernel, g, dim3(cuda_tc_threads), q, pr.batch);
-        return true;
-      });
+      if (cuda_gemm_tc_choice().enabled.load(std::memory_order_relaxed))
+        return cuda_gemm_run_split(
+            p, pr.batch, grid, cuda_split_min_tc, [&](dim3 g, const auto& q) {
+              cuda_launch("cuda_gemm_tc", kernel, g, dim3(cuda_tc_threads), q, pr.batch);
+              cuda_gemm_tc_choice().launches.fetch_add(1);
+              return true;
+            });
     }
   }
   if (Gather && gather.pixel > 1) return false;
@@ -396,10 +366,12 @@ bool cuda_gemm_run(const gemm_problem<TA, TB, Acc, TC>& pr, const cuda_conv_gath
   });
 }
 
-/// A convolution's weight gradient as implicit GEMM on the SIMT kernel (see cuda_conv_k_gather):
-/// pr gives m = kg, n = K, k = images x pixels, a = dy's group rows (a_rs = P), b = the input's
-/// group channels, c = dw (beta 0 or 1), batch 1; `gather` and `kg` the rest. k is split where
-/// the output tiles are few (a weight gradient's usually are), the parts added in a fixed order.
+/// A convolution's weight gradient as implicit GEMM (see cuda_conv_k_gather): pr gives m = kg,
+/// n = K, k = images x pixels, a = dy's group rows (a_rs = P), b = the input's group channels,
+/// c = dw (beta 0 or 1), batch 1; `gather` and `kg` the rest. On the register-staged tensor-core
+/// kernel where the types have a family (half, bfloat16; float under tf32) and the code was
+/// built for sm_80+, else on the SIMT kernel. k is split where the output tiles are few (a
+/// weight gradient's usually are), the parts added in a fixed order.
 template <class TA, class TB, class Acc, class TC>
 void cuda_gemm_run_weight_grad(const gemm_problem<TA, TB, Acc, TC>& pr,
                                const cuda_conv_gather& gather, const cuda_conv_k_gather& kg) {
@@ -408,6 +380,20 @@ void cuda_gemm_run_weight_grad(const gemm_problem<TA, TB, Acc, TC>& pr,
   cuda_gemm_args<TA, TB, Acc, TC> p = cuda_gemm_args_of(pr, off, gather);  // k == 0: zeros
   p.kgather = kg;
   const dim3 grid = cuda_gemm_grid("conv2d_backward_weight", pr.m, pr.n, 1);
+  using Cfg = typename cuda_tc_select<TA, TB, Acc>::type;
+  if constexpr (!std::is_void_v<Cfg>) {
+    const auto kernel = cuda_gemm_tc<Cfg, TA, TB, false, TC, true>;
+    static const bool tensor_cores = cuda_built_for(kernel, 80);
+    if (tensor_cores && Cfg::allowed() &&
+        cuda_gemm_tc_choice().enabled.load(std::memory_order_relaxed)) {
+      cuda_gemm_run_split(p, 1, grid, cuda_split_min_tc, [&](dim3 g, const auto& q) {
+        cuda_launch("cuda_gemm_tc", kernel, g, dim3(cuda_tc_threads), q, int64_t{1});
+        cuda_gemm_tc_choice().launches.fetch_add(1);
+        return true;
+      });
+      return;
+    }
+  }
   cuda_gemm_run_split(p, 1, grid, cuda_split_min_simt, [&](dim3 g, const auto& q) {
     cuda_launch("cuda_gemm_simt", cuda_gemm_simt<TA, TB, Acc, false, TC, true>, g,
                 dim3(cuda_gemm_threads), q, int64_t{1});

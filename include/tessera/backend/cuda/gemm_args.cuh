@@ -252,6 +252,63 @@ __device__ __forceinline__ void cuda_conv_gather_load(const T* image, const cuda
   }
 }
 
+/// The (image, pixel) pair of k index q of a weight gradient's product (see cuda_conv_k_gather);
+/// (0, 0) and inside false beyond k.
+struct cuda_k_pair {
+  bool inside;
+  int64_t image;
+  int pixel;
+};
+__device__ __forceinline__ cuda_k_pair cuda_k_pair_of(const cuda_conv_k_gather& kg, int64_t k,
+                                                      int64_t q) {
+  if (q >= k) return {false, 0, 0};
+  const int64_t b = kg.pixels(static_cast<uint32_t>(q));
+  return {true, b, static_cast<int>(q - b * int64_t{kg.pixels.d})};
+}
+
+/// Elements (m0 + row + step * i, k0 + col) of a weight gradient's A (dy, rows a_rs apart; see
+/// cuda_conv_k_gather) for i < N, converted by cvt, 0 beyond the product. The thread's k column
+/// is one (image, pixel) pair, found once.
+template <int N, class T, class E, class Cvt>
+__device__ __forceinline__ void cuda_k_gather_load_a(const T* a, const cuda_conv_k_gather& kg,
+                                                     int64_t a_rs, int64_t m, int64_t k, int64_t m0,
+                                                     int64_t k0, int row, int col, int step,
+                                                     E (&r)[N], Cvt cvt) {
+  const auto [inside, b, pixel] = cuda_k_pair_of(kg, k, k0 + col);
+  const T* const at = a + b * kg.a_image + pixel;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int64_t gi = m0 + row + step * i;
+    r[i] = inside && gi < m ? cvt(at[gi * a_rs]) : E{0};
+  }
+}
+
+/// Elements (k0 + row, n0 + col + step * i) of a weight gradient's B (the lowered input: column
+/// kk is tap kk of the table in g) for i < N, converted by cvt, 0 beyond the product or the
+/// image. The thread's k row is one (image, pixel) pair, whose input corner is found once.
+template <int N, class T, class E, class Cvt>
+__device__ __forceinline__ void cuda_k_gather_load_b(const T* x, const cuda_conv_gather& g,
+                                                     const cuda_conv_k_gather& kg, int64_t k,
+                                                     int64_t n, int64_t k0, int64_t n0, int row,
+                                                     int col, int step, E (&r)[N], Cvt cvt) {
+  const auto [inside, b, pixel] = cuda_k_pair_of(kg, k, k0 + row);
+  const auto [y0, x0] = g.origin_of(pixel);
+  const T* const image = x + b * kg.b_image + (int64_t{y0} * g.w + x0);
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int64_t kk = n0 + col + step * i;
+    E v{0};
+    if (inside && kk < n) {
+      const cuda_conv_tap tap = g.taps[kk];
+      const int y = y0 + tap.dy, xx = x0 + tap.dx;
+      if (static_cast<unsigned>(y) < static_cast<unsigned>(g.h) &&
+          static_cast<unsigned>(xx) < static_cast<unsigned>(g.w))
+        v = cvt(image[tap.offset]);
+    }
+    r[i] = v;
+  }
+}
+
 /// Starts this thread's copies (of Threads) of a channels-last implicit GEMM's (k0, n0) B block
 /// into the shared [BN x BK] k-contiguous tile at b_at(o, i) (o: output pixel n0 + o, i: row k0 +
 /// i): each 16-byte chunk is V channels of one tap at one pixel, read from image (see

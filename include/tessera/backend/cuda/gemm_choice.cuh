@@ -34,6 +34,15 @@ inline cuda_kernel_choice& cuda_wgmma_tma_wide_choice() {
   return choice;
 }
 
+/// Whether the register-staged tensor-core kernel (cuda_gemm_tc) may take what the pipelines
+/// leave to the tensor cores (other strides and types converted on load, the planar convolution
+/// gather, the tensor-core types' convolution weight gradients), and how many launches it has
+/// had. Switched off, those products run on the SIMT kernel.
+inline cuda_kernel_choice& cuda_gemm_tc_choice() {
+  static cuda_kernel_choice choice;
+  return choice;
+}
+
 /// Makes dispatch start at `first`: switches off the pipelines tried before it and on the rest.
 /// cuda_gemm_start_at(cuda_gemm_pipeline::wgmma) is the default; `none` leaves the products to
 /// the register-staged kernel. Tests and benchmarks use it to run each kernel on the same inputs.

@@ -290,13 +290,17 @@ __device__ __forceinline__ void cuda_tc_epilogue(const cuda_gemm_args<TA, TB, Ac
 }
 
 /// One 128 x 128 tile of matrix blockIdx.z (+ 65535 * i for large batches) per block, on the
-/// tensor cores of family Cfg; with Gather, B is a convolution's input read through p.conv. Same
+/// tensor cores of family Cfg; with Gather, B is a convolution's input read through p.conv; with
+/// KGather, the product is a convolution's weight gradient, A (dy) and B (the lowered input)
+/// gathered over (image, pixel) pairs through p.kgather and p.conv (cuda_conv_k_gather). Same
 /// arguments and results as cuda_gemm_simt<TA, TB, Acc> up to the inputs' rounding (tf32 only) and
 /// the order of the float additions inside a k step (which the hardware fixes: results do not
 /// depend on the launch).
-template <class Cfg, class TA, class TB, bool Gather = false, class TC = typename Cfg::acc>
+template <class Cfg, class TA, class TB, bool Gather = false, class TC = typename Cfg::acc,
+          bool KGather = false>
 __global__ void __launch_bounds__(cuda_tc_threads)
     cuda_gemm_tc(cuda_gemm_args<TA, TB, typename Cfg::acc, TC> p, int64_t batch) {
+  static_assert(!(Gather && KGather), "one gather at a time");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   // bf16 and tf32 WMMA need sm_80 (int8 sm_72, fp16 sm_70: they wait for sm_80 too); the host
   // launches this kernel only where cuda_built_for(..., 80) holds, so this code is never reached.
@@ -320,21 +324,34 @@ __global__ void __launch_bounds__(cuda_tc_threads)
   // The [128 x BK] slice of A at (m0, k0) and the [BK x 128] slice of B at (k0, n0), through
   // registers (ra, rb) into shared buffer buf.
   E ra[NA], rb[NB];
+  // KGather: A is read k-fast (by_row), B k-fast down its columns (not by_row), each thread's k
+  // index one (image, pixel) pair.
+  const bool a_by_row = KGather || p.a_cs == 1, b_by_row = Gather || (!KGather && p.b_cs == 1);
   const auto load = [&](const TA* a, const TB* b, int64_t k0) {
-    cuda_tc_load<Cfg, BM, BK>(a, p.a_rs, p.a_cs, p.m, p.k, m0, k0, ra);
+    int row, col;
+    if constexpr (KGather) {
+      cuda_tc_pos<BM, BK>(true, 0, row, col);
+      cuda_k_gather_load_a(a, p.kgather, p.a_rs, p.m, p.k, m0, k0, row, col, cuda_tc_threads / BK,
+                           ra, [](TA v) { return Cfg::convert(v); });
+    } else {
+      cuda_tc_load<Cfg, BM, BK>(a, p.a_rs, p.a_cs, p.m, p.k, m0, k0, ra);
+    }
     if constexpr (Gather) {  // implicit GEMM: B from the image, laid out as by_row
-      int row, col;
       cuda_tc_pos<BK, BN>(true, 0, row, col);
       cuda_conv_gather_load(b, p.conv, p.k, p.n, k0, n0, row, col, cuda_tc_threads / BN, rb,
                             [](TB v) { return Cfg::convert(v); });
+    } else if constexpr (KGather) {
+      cuda_tc_pos<BK, BN>(false, 0, row, col);
+      cuda_k_gather_load_b(b, p.conv, p.kgather, p.k, p.n, k0, n0, row, col, cuda_tc_threads / BK,
+                           rb, [](TB v) { return Cfg::convert(v); });
     } else {
       cuda_tc_load<Cfg, BK, BN>(b, p.b_rs, p.b_cs, p.k, p.n, k0, n0, rb);
     }
   };
   const auto store = [&](int buf) {
-    cuda_tc_store<BM, BK>(As + buf * Cfg::a_elems, p.a_cs == 1, ra,
+    cuda_tc_store<BM, BK>(As + buf * Cfg::a_elems, a_by_row, ra,
                           [](int r, int c) { return Cfg::a_at(r, c); });
-    cuda_tc_store<BK, BN>(Bs + buf * Cfg::b_elems, Gather || p.b_cs == 1, rb,
+    cuda_tc_store<BK, BN>(Bs + buf * Cfg::b_elems, b_by_row, rb,
                           [](int r, int c) { return Cfg::b_at(r, c); });
   };
   for (int64_t z = blockIdx.z; z < batch * p.splits; z += gridDim.z) {
