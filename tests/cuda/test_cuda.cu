@@ -80,6 +80,40 @@ TEST_F(Cuda, AllocatorReusesFreedBlocksAndEmptiesCache) {
   EXPECT_EQ(ts::cuda_cached_bytes(), 0u);
 }
 
+// Out of device memory: cudaMalloc's failure first returns the cached blocks of other sizes to
+// the driver and retries (a request that fits only without them succeeds), and a request that
+// cannot fit at all is a backend_error naming the size and the free memory, not a crash.
+TEST_F(Cuda, OutOfMemoryReleasesTheCacheThenFailsClearly) {
+  using M = ts::backend::memory<ts::cuda>;
+  ts::empty_cuda_cache();
+  size_t free_bytes = 0, total_bytes = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
+  constexpr size_t mib = size_t{1} << 20;
+  const size_t first = free_bytes / 10 * 6 / mib * mib, second = free_bytes / 2 / mib * mib;
+  void* a = M::allocate(first);
+  M::deallocate(a, first);  // cached: the driver still counts it as used
+  EXPECT_GE(ts::cuda_cached_bytes(), first);
+  void* b = M::allocate(second);  // fits only once the cached block is released
+  EXPECT_NE(b, nullptr);
+  EXPECT_EQ(ts::cuda_cached_bytes(), 0u) << "the cache was released to make room";
+  M::deallocate(b, second);
+  ts::empty_cuda_cache();
+
+  const size_t huge = size_t{1} << 50;  // a petabyte: no device has it
+  try {
+    (void)M::allocate(huge);
+    ADD_FAILURE() << "an allocation of 2^50 bytes succeeded";
+  } catch (const ts::backend_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("cuda allocate"), std::string::npos) << what;
+    EXPECT_NE(what.find(std::to_string(huge)), std::string::npos) << what;
+    EXPECT_NE(what.find("bytes free"), std::string::npos) << what;
+  }
+  // The failure left nothing behind: the device still allocates.
+  void* c = M::allocate(1000);
+  M::deallocate(c, 1000);
+}
+
 TEST_F(Cuda, RawCopiesAndZeroByteNoOps) {
   using M = ts::backend::memory<ts::cuda>;
   std::vector<int32_t> src(1000), back(1000, -1);
