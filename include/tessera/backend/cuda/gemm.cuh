@@ -227,16 +227,25 @@ __global__ void __launch_bounds__(cuda_gemm_threads)
       }
     }
 
-    // Epilogue (cuda_gemm_store, or the raw sums of a split k's part).
+    // Epilogue (cuda_gemm_store, or the raw sums of a split k's part): a vector store per quad
+    // (double: one element at a time; its quads cost 120 bytes of spills, it is no target).
     Acc* const part = cuda_gemm_part_of(p, z);  // split k: raw sums, else null
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int64_t gi = m0 + at.row(i);
       if (gi >= p.m) continue;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int64_t gj = n0 + at.col(j);
-        if (gj < p.n) cuda_gemm_store_part(p, c, part, gi, gj, acc[i][j]);
+      for (int h = 0; h < 2; ++h) {  // the row's two quads of columns
+        const int64_t gj = n0 + at.col(4 * h);
+        if constexpr (sizeof(Acc) <= 4) {
+          cuda_gemm_store_quad(
+              p, c, part, gi, gj,
+              {acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2], acc[i][4 * h + 3]});
+        } else {
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (gj + e < p.n) cuda_gemm_store_part(p, c, part, gi, gj + e, acc[i][4 * h + e]);
+        }
       }
     }
     __syncthreads();  // the next batch matrix reuses the shared buffers

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "../../detail/gemm_problem.hpp"
@@ -177,13 +178,12 @@ __device__ __forceinline__ cuda_split_part cuda_split_of(const cuda_gemm_args<TA
   return {z - part * batch, k0, (k + BK - 1) / BK};
 }
 
-/// The epilogue of every GEMM kernel for output (gi, gj) of matrix c (inside the product):
-/// c = alpha * acc (+ beta * c) (+ bias) (relu) in Acc, rounded once to TC; beta == 0 never
-/// reads c.
+/// The epilogue of every GEMM kernel for output (gi, gj) of matrix c (inside the product), at
+/// `out`: alpha * acc (+ beta * *out) (+ bias) (relu) in Acc, rounded once to TC; beta == 0
+/// never reads c. cuda_gemm_store writes it.
 template <class TA, class TB, class Acc, class TC>
-__device__ __forceinline__ void cuda_gemm_store(const cuda_gemm_args<TA, TB, Acc, TC>& p, TC* c,
-                                                int64_t gi, int64_t gj, Acc acc) {
-  TC* out = c + gi * p.c_rs + gj * p.c_cs;
+__device__ __forceinline__ TC cuda_gemm_output(const cuda_gemm_args<TA, TB, Acc, TC>& p,
+                                               const TC* out, int64_t gi, int64_t gj, Acc acc) {
   Acc v = p.alpha * acc;
   if constexpr (std::is_same_v<TC, Acc>) {
     if (p.beta != Acc(0)) v += p.beta * *out;
@@ -196,9 +196,15 @@ __device__ __forceinline__ void cuda_gemm_store(const cuda_gemm_args<TA, TB, Acc
     v += p.bias[gj * p.bias_stride];
   if (p.relu && v < Acc(0)) v = Acc(0);  // NaN compares false: stays NaN, as on the CPU
   if constexpr (std::is_same_v<TC, Acc>)
-    *out = v;
+    return v;
   else
-    *out = TC(static_cast<float>(v));
+    return TC(static_cast<float>(v));
+}
+template <class TA, class TB, class Acc, class TC>
+__device__ __forceinline__ void cuda_gemm_store(const cuda_gemm_args<TA, TB, Acc, TC>& p, TC* c,
+                                                int64_t gi, int64_t gj, Acc acc) {
+  TC* const out = c + gi * p.c_rs + gj * p.c_cs;
+  *out = cuda_gemm_output(p, out, gi, gj, acc);
 }
 
 /// The [m][n] buffer of raw sums of product z of a kernel's loop under a split k (p.partial + z m
@@ -221,6 +227,60 @@ __device__ __forceinline__ void cuda_gemm_store_part(const cuda_gemm_args<TA, TB
     part[gi * p.n + gj] = acc;
   else
     cuda_gemm_store(p, c, gi, gj, acc);
+}
+
+/// Stores four consecutive values at `out` (global memory, aligned to their size) as one vector
+/// store (two for 8-byte types). Written in PTX because nvcc splits a uint4 store assembled from
+/// separately computed values back into four 32-bit stores.
+template <class T>
+__device__ __forceinline__ void cuda_store_quad(T* out, const T (&v)[4]) {
+  static_assert(sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8);
+  constexpr int words =
+      static_cast<int>(sizeof(T));  // 4 values of sizeof(T) bytes: that many words
+  uint32_t w[words];
+  std::memcpy(w, v, sizeof(w));
+#ifdef __CUDA_ARCH__
+  if constexpr (words == 2) {
+    asm volatile("st.global.v2.b32 [%0], {%1, %2};\n" ::"l"(out), "r"(w[0]), "r"(w[1]) : "memory");
+  } else {
+#pragma unroll
+    for (int h = 0; h < words / 4; ++h)
+      asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(out + 2 * h), "r"(w[4 * h]),
+                   "r"(w[4 * h + 1]), "r"(w[4 * h + 2]), "r"(w[4 * h + 3])
+                   : "memory");
+  }
+#else
+  std::memcpy(out, w, sizeof(w));
+#endif
+}
+
+/// cuda_gemm_store_part for outputs (gi, gj + e), e < 4, of one row: one vector store where the
+/// four lie inside the product, side by side (c_cs 1) and aligned to the vector; else one by one.
+/// A warp whose lanes hold quads of consecutive columns then writes whole 32-byte sectors.
+template <class TA, class TB, class Acc, class TC>
+__device__ __forceinline__ void cuda_gemm_store_quad(const cuda_gemm_args<TA, TB, Acc, TC>& p,
+                                                     TC* c, Acc* part, int64_t gi, int64_t gj,
+                                                     const Acc (&acc)[4]) {
+  const auto aligned = [](const void* q, size_t bytes) {
+    return reinterpret_cast<uintptr_t>(q) % bytes == 0;
+  };
+  if (gj + 3 < p.n) {
+    if (part) {
+      Acc* const out = part + gi * p.n + gj;
+      if (aligned(out, 4 * sizeof(Acc))) return cuda_store_quad(out, acc);
+    } else if (p.c_cs == 1) {
+      TC* const out = c + gi * p.c_rs + gj;
+      if (aligned(out, 4 * sizeof(TC))) {
+        TC q[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) q[e] = cuda_gemm_output(p, out + e, gi, gj + e, acc[e]);
+        return cuda_store_quad(out, q);
+      }
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < 4; ++e)
+    if (gj + e < p.n) cuda_gemm_store_part(p, c, part, gi, gj + e, acc[e]);
 }
 
 /// Element (k0 + row + step * i, n0 + col) of an implicit-GEMM B operand (see cuda_conv_gather)

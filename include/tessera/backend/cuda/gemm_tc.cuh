@@ -324,9 +324,6 @@ __global__ void __launch_bounds__(cuda_tc_threads)
   // The [128 x BK] slice of A at (m0, k0) and the [BK x 128] slice of B at (k0, n0), through
   // registers (ra, rb) into shared buffer buf.
   E ra[NA], rb[NB];
-  // KGather: A is read k-fast (by_row), B k-fast down its columns (not by_row), each thread's k
-  // index one (image, pixel) pair.
-  const bool a_by_row = KGather || p.a_cs == 1, b_by_row = Gather || (!KGather && p.b_cs == 1);
   const auto load = [&](const TA* a, const TB* b, int64_t k0) {
     int row, col;
     if constexpr (KGather) {
@@ -349,9 +346,12 @@ __global__ void __launch_bounds__(cuda_tc_threads)
     }
   };
   const auto store = [&](int buf) {
-    cuda_tc_store<BM, BK>(As + buf * Cfg::a_elems, a_by_row, ra,
+    // KGather: A is read k-fast (by_row), B k-fast down its columns (not by_row), each thread's
+    // k index one (image, pixel) pair. (Found here, from the parameters, rather than held
+    // through the loop: the tf32 kernel has no register to spare.)
+    cuda_tc_store<BM, BK>(As + buf * Cfg::a_elems, KGather || p.a_cs == 1, ra,
                           [](int r, int c) { return Cfg::a_at(r, c); });
-    cuda_tc_store<BK, BN>(Bs + buf * Cfg::b_elems, b_by_row, rb,
+    cuda_tc_store<BK, BN>(Bs + buf * Cfg::b_elems, Gather || (!KGather && p.b_cs == 1), rb,
                           [](int r, int c) { return Cfg::b_at(r, c); });
   };
   for (int64_t z = blockIdx.z; z < batch * p.splits; z += gridDim.z) {
