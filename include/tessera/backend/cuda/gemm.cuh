@@ -234,17 +234,17 @@ __global__ void __launch_bounds__(cuda_gemm_threads)
     for (int i = 0; i < 8; ++i) {
       const int64_t gi = m0 + at.row(i);
       if (gi >= p.m) continue;
+      if constexpr (sizeof(Acc) <= 4) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {  // the row's two quads of columns
-        const int64_t gj = n0 + at.col(4 * h);
-        if constexpr (sizeof(Acc) <= 4) {
-          cuda_gemm_store_quad(
-              p, c, part, gi, gj,
+        for (int h = 0; h < 2; ++h)  // the row's two quads of columns
+          cuda_gemm_store_run<4>(
+              p, c, part, gi, n0 + at.col(4 * h),
               {acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2], acc[i][4 * h + 3]});
-        } else {
+      } else {
 #pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (gj + e < p.n) cuda_gemm_store_part(p, c, part, gi, gj + e, acc[i][4 * h + e]);
+        for (int j = 0; j < 8; ++j) {
+          const int64_t gj = n0 + at.col(j);
+          if (gj < p.n) cuda_gemm_store_part(p, c, part, gi, gj, acc[i][j]);
         }
       }
     }

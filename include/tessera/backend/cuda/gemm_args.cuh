@@ -229,24 +229,27 @@ __device__ __forceinline__ void cuda_gemm_store_part(const cuda_gemm_args<TA, TB
     cuda_gemm_store(p, c, gi, gj, acc);
 }
 
-/// Stores four consecutive values at `out` (global memory, aligned to their size) as one vector
-/// store (two for 8-byte types). Written in PTX because nvcc splits a uint4 store assembled from
-/// separately computed values back into four 32-bit stores.
-template <class T>
-__device__ __forceinline__ void cuda_store_quad(T* out, const T (&v)[4]) {
-  static_assert(sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8);
-  constexpr int words =
-      static_cast<int>(sizeof(T));  // 4 values of sizeof(T) bytes: that many words
+/// Stores N consecutive values at `out` (global memory, aligned to N values) in one vector store
+/// (two for N x sizeof(T) = 32 bytes). Written in PTX because nvcc splits a uint4 store assembled
+/// from separately computed values back into four 32-bit stores.
+template <int N, class T>
+__device__ __forceinline__ void cuda_store_run(T* out, const T (&v)[N]) {
+  constexpr int words = N * static_cast<int>(sizeof(T)) / 4;  // 32-bit words
+  static_assert(words * 4 == N * static_cast<int>(sizeof(T)) &&
+                (words == 1 || words == 2 || words == 4 || words == 8));
   uint32_t w[words];
   std::memcpy(w, v, sizeof(w));
 #ifdef __CUDA_ARCH__
-  if constexpr (words == 2) {
+  if constexpr (words == 1) {
+    asm volatile("st.global.b32 [%0], %1;\n" ::"l"(out), "r"(w[0]) : "memory");
+  } else if constexpr (words == 2) {
     asm volatile("st.global.v2.b32 [%0], {%1, %2};\n" ::"l"(out), "r"(w[0]), "r"(w[1]) : "memory");
   } else {
+    char* const bytes = reinterpret_cast<char*>(out);
 #pragma unroll
     for (int h = 0; h < words / 4; ++h)
-      asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(out + 2 * h), "r"(w[4 * h]),
-                   "r"(w[4 * h + 1]), "r"(w[4 * h + 2]), "r"(w[4 * h + 3])
+      asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(bytes + 16 * h),
+                   "r"(w[4 * h]), "r"(w[4 * h + 1]), "r"(w[4 * h + 2]), "r"(w[4 * h + 3])
                    : "memory");
   }
 #else
@@ -254,32 +257,33 @@ __device__ __forceinline__ void cuda_store_quad(T* out, const T (&v)[4]) {
 #endif
 }
 
-/// cuda_gemm_store_part for outputs (gi, gj + e), e < 4, of one row: one vector store where the
-/// four lie inside the product, side by side (c_cs 1) and aligned to the vector; else one by one.
-/// A warp whose lanes hold quads of consecutive columns then writes whole 32-byte sectors.
-template <class TA, class TB, class Acc, class TC>
-__device__ __forceinline__ void cuda_gemm_store_quad(const cuda_gemm_args<TA, TB, Acc, TC>& p,
-                                                     TC* c, Acc* part, int64_t gi, int64_t gj,
-                                                     const Acc (&acc)[4]) {
+/// cuda_gemm_store_part for outputs (gi, gj + e), e < N, of one row: one vector store where the
+/// N lie inside the product, side by side (c_cs 1) and aligned to the vector; else one by one.
+/// Lanes holding runs of consecutive columns then write whole sectors (or halves of them) per
+/// instruction instead of scattered elements.
+template <int N, class TA, class TB, class Acc, class TC>
+__device__ __forceinline__ void cuda_gemm_store_run(const cuda_gemm_args<TA, TB, Acc, TC>& p, TC* c,
+                                                    Acc* part, int64_t gi, int64_t gj,
+                                                    const Acc (&acc)[N]) {
   const auto aligned = [](const void* q, size_t bytes) {
     return reinterpret_cast<uintptr_t>(q) % bytes == 0;
   };
-  if (gj + 3 < p.n) {
+  if (gj + N <= p.n) {
     if (part) {
       Acc* const out = part + gi * p.n + gj;
-      if (aligned(out, 4 * sizeof(Acc))) return cuda_store_quad(out, acc);
+      if (aligned(out, N * sizeof(Acc))) return cuda_store_run<N>(out, acc);
     } else if (p.c_cs == 1) {
       TC* const out = c + gi * p.c_rs + gj;
-      if (aligned(out, 4 * sizeof(TC))) {
-        TC q[4];
+      if (aligned(out, N * sizeof(TC))) {
+        TC v[N];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) q[e] = cuda_gemm_output(p, out + e, gi, gj + e, acc[e]);
-        return cuda_store_quad(out, q);
+        for (int e = 0; e < N; ++e) v[e] = cuda_gemm_output(p, out + e, gi, gj + e, acc[e]);
+        return cuda_store_run<N>(out, v);
       }
     }
   }
 #pragma unroll
-  for (int e = 0; e < 4; ++e)
+  for (int e = 0; e < N; ++e)
     if (gj + e < p.n) cuda_gemm_store_part(p, c, part, gi, gj + e, acc[e]);
 }
 

@@ -268,7 +268,8 @@ __device__ __forceinline__ void cuda_wgmma_stage(Acc (&acc)[NT][64], uint32_t as
 
 /// The epilogue of a warpgroup's m64n128 accumulators (thread l of warpgroup wg, in
 /// cuda_wgmma_m64n128's layout) for the block's tile at (m0, n0): every output inside the
-/// product through cuda_gemm_store_part (the raw sum into part under a split k).
+/// product through cuda_gemm_store_run, each thread's two consecutive columns in one store (the
+/// raw sums into part under a split k).
 template <class TA, class TB, class Acc, class TC>
 __device__ __forceinline__ void cuda_wgmma_store_tile(const cuda_gemm_args<TA, TB, Acc, TC>& p,
                                                       TC* c, Acc* part, int64_t m0, int64_t n0,
@@ -277,9 +278,11 @@ __device__ __forceinline__ void cuda_wgmma_store_tile(const cuda_gemm_args<TA, T
 #pragma unroll
   for (int j = 0; j < 16; ++j)
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int64_t gi = r0 + (r >> 1) * 8, gj = c0 + 8 * j + (r & 1);
-      if (gi < p.m && gj < p.n) cuda_gemm_store_part(p, c, part, gi, gj, acc[4 * j + r]);
+    for (int h = 0; h < 2; ++h) {  // rows r0 and r0 + 8: two consecutive columns each
+      const int64_t gi = r0 + 8 * h;
+      if (gi < p.m)
+        cuda_gemm_store_run<2>(p, c, part, gi, c0 + 8 * j,
+                               {acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]});
     }
 }
 
