@@ -287,6 +287,19 @@ __device__ __forceinline__ void cuda_gemm_store_run(const cuda_gemm_args<TA, TB,
     if (gj + e < p.n) cuda_gemm_store_part(p, c, part, gi, gj + e, acc[e]);
 }
 
+/// The input element that tap t reads for the output pixel whose window corner is (y0, x0),
+/// converted by cvt, from `corner` (the image at that corner); 0 in the padding.
+template <class T, class Cvt>
+__device__ __forceinline__ auto cuda_conv_tap_value(const T* corner, const cuda_conv_gather& g,
+                                                    cuda_conv_tap t, int y0, int x0, Cvt cvt)
+    -> decltype(cvt(*corner)) {
+  const int y = y0 + t.dy, x = x0 + t.dx;
+  if (static_cast<unsigned>(y) < static_cast<unsigned>(g.h) &&
+      static_cast<unsigned>(x) < static_cast<unsigned>(g.w))
+    return cvt(corner[t.offset]);
+  return decltype(cvt(*corner)){0};
+}
+
 /// Element (k0 + row + step * i, n0 + col) of an implicit-GEMM B operand (see cuda_conv_gather)
 /// for i < N, converted by cvt, 0 outside the product or the image. The thread's column, and so
 /// its output pixel, is fixed: its position is computed once, and each element costs a table
@@ -304,15 +317,8 @@ __device__ __forceinline__ void cuda_conv_gather_load(const T* image, const cuda
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     const int64_t kk = k0 + row + step * i;
-    E v{0};
-    if (inside && kk < k) {
-      const cuda_conv_tap t = g.taps[kk];
-      const int y = y0 + t.dy, x = x0 + t.dx;
-      if (static_cast<unsigned>(y) < static_cast<unsigned>(g.h) &&
-          static_cast<unsigned>(x) < static_cast<unsigned>(g.w))
-        v = cvt(image[corner + t.offset]);
-    }
-    r[i] = v;
+    r[i] =
+        inside && kk < k ? cuda_conv_tap_value(image + corner, g, g.taps[kk], y0, x0, cvt) : E{0};
   }
 }
 
@@ -357,19 +363,11 @@ __device__ __forceinline__ void cuda_k_gather_load_b(const T* x, const cuda_conv
                                                      int col, int step, E (&r)[N], Cvt cvt) {
   const auto [inside, b, pixel] = cuda_k_pair_of(kg, k, k0 + row);
   const auto [y0, x0] = g.origin_of(pixel);
-  const T* const image = x + b * kg.b_image + (int64_t{y0} * g.w + x0);
+  const T* const corner = x + b * kg.b_image + (int64_t{y0} * g.w + x0);
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     const int64_t kk = n0 + col + step * i;
-    E v{0};
-    if (inside && kk < n) {
-      const cuda_conv_tap tap = g.taps[kk];
-      const int y = y0 + tap.dy, xx = x0 + tap.dx;
-      if (static_cast<unsigned>(y) < static_cast<unsigned>(g.h) &&
-          static_cast<unsigned>(xx) < static_cast<unsigned>(g.w))
-        v = cvt(image[tap.offset]);
-    }
-    r[i] = v;
+    r[i] = inside && kk < n ? cuda_conv_tap_value(corner, g, g.taps[kk], y0, x0, cvt) : E{0};
   }
 }
 
