@@ -22,14 +22,16 @@
 // with CUDNN_DEFAULT_MATH (tf32 tensor cores on sm_80+); fp16 / bf16: half or bfloat16 tensors
 // (inputs, weights and outputs; NCHW for both libraries), products accumulated in float
 // (cuDNN's pseudo-half configurations, with CUDNN_TENSOR_OP_MATH). cuDNN's algorithm for each
-// case is the fastest that cudnnFind* measured, with its workspace allocated once. Before
-// timing, every tessera result is checked against cuDNN's on the same inputs (outputs poisoned
-// first): the counter rel_err, and a benchmark beyond its bound fails with a message. Counters:
+// case is the fastest that cudnnFind* measured, with its workspace allocated once; its name is
+// the label of cuDNN's rows. Before timing, every tessera result is checked against cuDNN's on
+// the same inputs (outputs poisoned first): the counter rel_err, and a benchmark beyond its
+// bound fails with a message. Counters:
 // median_us, TFLOP/s (2 * n * k * c/groups * r * s * ho * wo per pass). Without a GPU the
 // program says so and exits 0.
 #include <cudnn.h>
 
 #include <cstdio>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -178,6 +180,25 @@ struct conv_case {
     throw std::runtime_error(std::string("cuDNN found no ") + what + " algorithm");
   }
 
+  /// The name of the algorithm cudnnFind* chose for pass p (the enumerators without their
+  /// prefix), the label of cuDNN's rows: whether it is Winograd or FFT says what tessera's
+  /// implicit GEMM is up against.
+  const char* cudnn_algorithm(pass p) const {
+    static const char* const fwd[] = {
+        "implicit_gemm", "implicit_precomp_gemm", "gemm", "direct", "fft", "fft_tiling",
+        "winograd",      "winograd_nonfused"};
+    static const char* const data[] = {"algo_0",     "algo_1",   "fft",
+                                       "fft_tiling", "winograd", "winograd_nonfused"};
+    static const char* const filter[] = {
+        "algo_0", "algo_1", "fft", "algo_3", "winograd", "winograd_nonfused", "fft_tiling"};
+    const auto pick = [](const auto& names, int i) {
+      return i >= 0 && i < static_cast<int>(std::size(names)) ? names[i] : "unknown";
+    };
+    return p == pass::fwd        ? pick(fwd, fwd_algo)
+           : p == pass::bwd_data ? pick(data, data_algo)
+                                 : pick(filter, filter_algo);
+  }
+
   void cudnn(pass p, const DevT<T>& out) const {
     const float one = 1, zero = 0;
     if (p == pass::fwd)
@@ -258,6 +279,7 @@ void bm_conv(benchmark::State& st, const conv_shape& s, pass p, math m, impl who
     time_calls(st, [&] { benchmark::DoNotOptimize(cc.tessera(p, out)); });
   } else {
     time_calls(st, [&] { cc.cudnn(p, out); });
+    st.SetLabel(cc.cudnn_algorithm(p));
   }
   st.counters["TFLOP/s"] = s.flops() / (st.counters["median_us"] * 1e-6) / 1e12;
 }

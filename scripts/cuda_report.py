@@ -95,10 +95,11 @@ def conv_table(rows, out, verdicts):
             pairs[(m.group(1), m.group(2), m.group(4))][m.group(3)] = r
     # tessera_planar (tf32): the planar implicit GEMM on the register-staged kernel, where tessera
     # runs the channels-last one on the pipelined kernels (when the channels allow);
-    # tessera_lowered (weight gradients): implicit GEMM off, the input lowered in device memory.
+    # tessera_lowered (weight gradients): implicit GEMM off, the input lowered in device memory;
+    # cuDNN's algorithm: the label of its row (what cudnnFind* chose).
     out.append("| pass | math | shape | tessera TFLOP/s | cuDNN TFLOP/s | tessera / cuDNN | rel_err "
-               "| planar TFLOP/s | k whole TFLOP/s | lowered TFLOP/s |")
-    out.append("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+               "| planar TFLOP/s | k whole TFLOP/s | lowered TFLOP/s | cuDNN algorithm |")
+    out.append("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for (p, math, shape), impl in sorted(pairs.items()):
         t, c, pl = impl.get("tessera"), impl.get("cudnn"), impl.get("tessera_planar")
         wk, lw = impl.get("tessera_whole_k"), impl.get("tessera_lowered")
@@ -109,7 +110,8 @@ def conv_table(rows, out, verdicts):
                    f"{fmt(t and t.get('rel_err'), '.1e')} | "
                    f"{fmt(pl and median(pl) and pl.get('TFLOP/s'), '.2f')} | "
                    f"{fmt(wk and median(wk) and wk.get('TFLOP/s'), '.2f')} | "
-                   f"{fmt(lw and median(lw) and lw.get('TFLOP/s'), '.2f')} |")
+                   f"{fmt(lw and median(lw) and lw.get('TFLOP/s'), '.2f')} | "
+                   f"{(c and c.get('label')) or ''} |")
         if p == "fwd" and shape.startswith("resnet"):
             verdicts.append((f"conv fwd {math} {shape} >= {CONV_TARGET}x cuDNN", ratio,
                              CONV_TARGET))
