@@ -358,13 +358,11 @@ bool cuda_gemm_run(const gemm_problem<TA, TB, Acc, TC>& pr, const cuda_conv_gath
       } else if (cuda_gemm_try_async<Cfg>(pr, p, grid)) {
         return true;
       }
-      if (cuda_gemm_tc_choice().enabled.load(std::memory_order_relaxed))
-        return cuda_gemm_run_split(
-            p, pr.batch, grid, cuda_split_min_tc, [&](dim3 g, const auto& q) {
-              cuda_launch("cuda_gemm_tc", kernel, g, dim3(cuda_tc_threads), q, pr.batch);
-              cuda_gemm_tc_choice().launches.fetch_add(1);
-              return true;
-            });
+      if (cuda_gemm_run_split(p, pr.batch, grid, cuda_split_min_tc, [&](dim3 g, const auto& q) {
+            return cuda_try_launch_smem<cuda_gemm_tc<Cfg, TA, TB, Gather, TC>, 0>(
+                cuda_gemm_tc_choice(), "cuda_gemm_tc", g, dim3(cuda_tc_threads), q, pr.batch);
+          }))
+        return true;
     }
   }
   if (Gather && gather.pixel > 1) return false;
@@ -391,17 +389,14 @@ void cuda_gemm_run_weight_grad(const gemm_problem<TA, TB, Acc, TC>& pr,
   const dim3 grid = cuda_gemm_grid("conv2d_backward_weight", pr.m, pr.n, 1);
   using Cfg = typename cuda_tc_select<TA, TB, Acc>::type;
   if constexpr (!std::is_void_v<Cfg>) {
-    const auto kernel = cuda_gemm_tc<Cfg, TA, TB, false, TC, true>;
+    constexpr auto kernel = cuda_gemm_tc<Cfg, TA, TB, false, TC, true>;
     static const bool tensor_cores = cuda_built_for(kernel, 80);
     if (tensor_cores && Cfg::allowed() &&
-        cuda_gemm_tc_choice().enabled.load(std::memory_order_relaxed)) {
-      cuda_gemm_run_split(p, 1, grid, cuda_split_min_tc, [&](dim3 g, const auto& q) {
-        cuda_launch("cuda_gemm_tc", kernel, g, dim3(cuda_tc_threads), q, int64_t{1});
-        cuda_gemm_tc_choice().launches.fetch_add(1);
-        return true;
-      });
+        cuda_gemm_run_split(p, 1, grid, cuda_split_min_tc, [&](dim3 g, const auto& q) {
+          return cuda_try_launch_smem<kernel, 0>(cuda_gemm_tc_choice(), "cuda_gemm_tc", g,
+                                                 dim3(cuda_tc_threads), q, int64_t{1});
+        }))
       return;
-    }
   }
   cuda_gemm_run_split(p, 1, grid, cuda_split_min_simt, [&](dim3 g, const auto& q) {
     cuda_launch("cuda_gemm_simt", cuda_gemm_simt<TA, TB, Acc, false, TC, true>, g,
