@@ -4,6 +4,8 @@
 // (the CPU's and the device's summation orders give the same value) and must match bit for bit;
 // average pooling divides, so it is compared to rounding. Every test skips, with a message, when
 // no CUDA device is visible.
+#include <algorithm>
+#include <cmath>
 #include <limits>
 #include <random>
 #include <utility>
@@ -87,6 +89,36 @@ TEST(CudaFastDiv, EqualsIntegerDivisionBelow2To31) {
     }
   }
   EXPECT_GT(checked, 4096 * 70);
+}
+
+// Winograd F(4, 3)'s one-dimensional transforms (winograd.cuh; no device needed, the same
+// functions run on the host): A^T [(G g) * (B^T d)] is the correlation y_i = sum_j d_{i+j} g_j,
+// in double to rounding, for integer inputs and for every unit input and tap (each coefficient).
+TEST(CudaWinograd, TransformsComputeTheCorrelation) {
+  namespace d = ts::detail;
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> small(-9, 9);
+  int checked = 0;
+  for (int trial = 0; trial < 6 * 3 + 200; ++trial) {
+    double in[6] = {}, taps[3] = {};
+    if (trial < 18) {
+      in[trial / 3] = 1, taps[trial % 3] = 1;
+    } else {
+      for (double& v : in) v = small(rng);
+      for (double& v : taps) v = small(rng);
+    }
+    double bd[6], gg[6], prod[6], y[4];
+    d::cuda_winograd_input_1d(in, bd);
+    d::cuda_winograd_weight_1d(taps, gg);
+    for (int i = 0; i < 6; ++i) prod[i] = bd[i] * gg[i];
+    d::cuda_winograd_output_1d(prod, y);
+    for (int i = 0; i < 4; ++i) {
+      const double want = in[i] * taps[0] + in[i + 1] * taps[1] + in[i + 2] * taps[2];
+      ASSERT_NEAR(y[i], want, 1e-12) << "output " << i << " of trial " << trial;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 4 * 218);
 }
 
 class CudaConvOps : public CudaFixture {};
@@ -385,6 +417,140 @@ TEST_F(CudaConvOps, WeightGradientsAsImplicitGemm) {
   ts::detail::cuda_gemm_tc_choice().enabled = false;
   expect_implicit_weight_gradients<ts::bfloat16>("bfloat16 (SIMT) ", false);
   ts::detail::cuda_gemm_tc_choice().enabled = true;
+}
+
+// conv_algorithm::winograd for a test's duration (restored however the test ends).
+struct winograd_scope {
+  winograd_scope() { ts::set_float32_conv_algorithm(ts::conv_algorithm::winograd); }
+  ~winograd_scope() { ts::set_float32_conv_algorithm(ts::conv_algorithm::gemm); }
+};
+
+// How far a Winograd result is from the CPU's direct sums, relative to what rounding may cost:
+// the largest |got - want| / (sum of |x| |w| over the output's taps + |bias| + tiny).
+double winograd_error(const HostT<float>& got, const HostT<float>& want,
+                      const HostT<float>& magnitude) {
+  EXPECT_EQ(got.shape(), want.shape());
+  const auto g = got.to_vector(), w = want.to_vector(), m = magnitude.to_vector();
+  double worst = 0;
+  for (size_t i = 0; i < g.size(); ++i)
+    worst = std::max(worst, std::fabs(double(g[i]) - w[i]) / (double(m[i]) + 1e-30));
+  return std::isnan(worst) ? 1 : worst;
+}
+
+// Winograd F(4x4, 3x3) (winograd.cuh) on the layers it takes: tails of 1 to 3 outputs in both
+// directions, no padding, padding 2, asymmetric padding, bias and ReLU, odd channel counts, images
+// in one chunk and in chunks of one image (or two); forward and input gradients against the CPU's direct sums,
+// within a bound that a wrong coefficient or a misplaced tile exceeds by orders of magnitude; each
+// checks that the Winograd path ran (one output transform per chunk).
+TEST_F(CudaConvOps, WinogradForwardAndInputGradientsWithinTheirRounding) {
+  const winograd_scope scope;
+  namespace d = ts::detail;
+  const conv_case cases[] = {
+      {{2, 16, 9, 11}, {16, 16, 3, 3}, {.padding = {1, 1}}, "pad 1, tails of 1 and 3"},
+      {{3, 17, 8, 8}, {20, 17, 3, 3}, {}, "no padding, 17 channels"},
+      {{1, 16, 6, 13}, {24, 16, 3, 3}, {.padding = {2, 2}}, "pad 2"},
+      {{2, 16, 7, 7}, {16, 16, 3, 3}, {.padding = {1, 1}, .padding_end = {0, 2}}, "asymmetric"},
+  };
+  // Measured in the host emulation: at most 1.1e-5 (an input gradient's border pixel, whose own
+  // taps are few and small beside its tile's); a coefficient off by 10% gives 5e-2.
+  constexpr double bound = 1e-4;
+  uint64_t seed = 900;
+  for (const auto& c : cases) {
+    ts::Generator gen(seed++);
+    const auto x = ts::randn<float, ts::cpu>(c.x, gen), w = ts::randn<float, ts::cpu>(c.w, gen);
+    const auto bias = ts::randn<float, ts::cpu>({c.w[0]}, gen);
+    const auto xd = x.to<ts::cuda>(), wd = w.to<ts::cuda>(), bd = bias.to<ts::cuda>();
+    const auto magnitude = ts::conv2d(ts::abs(x), ts::abs(w), ts::abs(bias), c.o);
+    const auto want = ts::conv2d(x, w, bias, c.o);
+    const auto dy = ts::randn<float, ts::cpu>(want.shape(), gen);
+    const auto dx_want = ts::conv2d_backward_input(dy, w, c.x, c.o);
+    const auto dx_magnitude = ts::conv2d_backward_input(ts::abs(dy), ts::abs(w), c.x, c.o);
+    // V and M of one image of a pass with `channels` in and out, ho x wo outputs; the chunks.
+    const auto image_bytes = [](int64_t channels, int64_t ho, int64_t wo) {
+      return 36 * channels * ((ho + 3) / 4) * ((wo + 3) / 4) * 4;
+    };
+    const int64_t fwd_bytes = image_bytes(c.w[0] + c.w[1], want.shape()[2], want.shape()[3]);
+    const int64_t dx_bytes = image_bytes(c.w[0] + c.w[1], c.x[2], c.x[3]);
+    const auto chunks = [&](int64_t per_image) {
+      const int64_t per_chunk = std::max<int64_t>(1, d::cuda_winograd_scratch_bytes() / per_image);
+      return (c.x[0] + per_chunk - 1) / per_chunk;
+    };
+    for (const bool small_chunks : {false, true}) {
+      const int64_t saved = d::cuda_winograd_scratch_bytes();
+      // Room for one image of the larger pass: the other may fit more than one.
+      if (small_chunks) d::cuda_winograd_scratch_bytes() = std::max(fwd_bytes, dx_bytes);
+      const std::string what = std::string(c.name) + (small_chunks ? ", small chunks" : "");
+      const int64_t before = d::cuda_winograd_choice().launches.load();
+      const auto got = ts::conv2d(xd, wd, bd, c.o).to<ts::cpu>();
+      EXPECT_EQ(d::cuda_winograd_choice().launches.load() - before, chunks(fwd_bytes))
+          << what << ": Winograd output transforms";
+      EXPECT_LE(winograd_error(got, want, magnitude), bound) << what << " forward";
+      auto o = c.o;
+      o.relu = true;
+      const auto relu_got = ts::conv2d(xd, wd, bd, o).to<ts::cpu>();
+      EXPECT_LE(winograd_error(relu_got, ts::relu(want), magnitude), bound) << what << " relu";
+      // The input gradient is a stride-1 convolution of dy (c.w[0] channels in, c.x[1] out).
+      const int64_t before_dx = d::cuda_winograd_choice().launches.load();
+      const auto dx = ts::conv2d_backward_input(dy.to<ts::cuda>(), wd, c.x, c.o).to<ts::cpu>();
+      EXPECT_EQ(d::cuda_winograd_choice().launches.load() - before_dx, chunks(dx_bytes))
+          << what << ": Winograd output transforms of dx";
+      EXPECT_LE(winograd_error(dx, dx_want, dx_magnitude), bound) << what << " input gradient";
+      d::cuda_winograd_scratch_bytes() = saved;
+    }
+  }
+}
+
+// What Winograd does not take runs as before, bit for bit: conv_algorithm::gemm, stride 2,
+// 15 input channels, 15 output channels, two groups, 5x5 taps, dilation 2, double, float under
+// tf32, and the path switched off.
+TEST_F(CudaConvOps, WinogradLeavesOtherLayersAlone) {
+  namespace d = ts::detail;
+  const ts::Conv2dOptions pad1{.padding = {1, 1}};
+  struct layer {
+    ts::Shape x, w;
+    ts::Conv2dOptions o;
+    const char* name;
+  };
+  const layer layers[] = {
+      {{2, 16, 9, 9}, {16, 16, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}}, "stride 2"},
+      {{2, 15, 9, 9}, {16, 15, 3, 3}, pad1, "15 input channels"},
+      {{2, 16, 9, 9}, {15, 16, 3, 3}, pad1, "15 output channels"},
+      {{2, 32, 9, 9}, {32, 16, 3, 3}, {.padding = {1, 1}, .groups = 2}, "two groups"},
+      {{2, 16, 9, 9}, {16, 16, 5, 5}, {.padding = {2, 2}}, "5x5"},
+      {{2, 16, 9, 9}, {16, 16, 3, 3}, {.padding = {2, 2}, .dilation = {2, 2}}, "dilation 2"},
+  };
+  uint64_t seed = 950;
+  const auto expect_untouched = [&](const layer& l, const std::string& what) {
+    const auto x = ints<float>(l.x, seed++), w = ints<float>(l.w, seed++);
+    const int64_t before = d::cuda_winograd_choice().launches.load();
+    expect_same(
+        what, 0, 0, [&](const auto& a, const auto& b) { return ts::conv2d(a, b, l.o); }, x, w);
+    EXPECT_EQ(d::cuda_winograd_choice().launches.load(), before) << what;
+  };
+  const layer same_as_winograd{{2, 16, 9, 9}, {16, 16, 3, 3}, pad1, "3x3"};
+  expect_untouched(same_as_winograd, "conv_algorithm::gemm");
+  const winograd_scope scope;
+  for (const auto& l : layers) expect_untouched(l, std::string("winograd chosen, ") + l.name);
+  {
+    const auto x = ints<double>({2, 16, 9, 9}, seed++), w = ints<double>({16, 16, 3, 3}, seed++);
+    const int64_t before = d::cuda_winograd_choice().launches.load();
+    expect_same(
+        "double", 0, 0, [&](const auto& a, const auto& b) { return ts::conv2d(a, b, pad1); }, x,
+        w);
+    EXPECT_EQ(d::cuda_winograd_choice().launches.load(), before) << "double";
+  }
+  const ts::matmul_precision saved = ts::get_float32_matmul_precision();
+  ts::set_float32_matmul_precision(ts::matmul_precision::high);
+  {
+    const int64_t before = d::cuda_winograd_choice().launches.load();
+    const auto x = ints<float>({2, 16, 9, 9}, seed++), w = ints<float>({16, 16, 3, 3}, seed++);
+    (void)ts::conv2d(x.to<ts::cuda>(), w.to<ts::cuda>(), pad1).to<ts::cpu>();
+    EXPECT_EQ(d::cuda_winograd_choice().launches.load(), before) << "tf32";
+  }
+  ts::set_float32_matmul_precision(saved);
+  d::cuda_winograd_choice().enabled = false;
+  expect_untouched(same_as_winograd, "switched off");
+  d::cuda_winograd_choice().enabled = true;
 }
 
 TEST_F(CudaConvOps, ConvErrorsAreThrownBeforeAnyLaunch) {

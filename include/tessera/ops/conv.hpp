@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "../core/conv_algorithm.hpp"
 #include "../core/tensor.hpp"
 #include "../detail/conv_problem.hpp"
 #include "bias_grad.hpp"

@@ -12,9 +12,11 @@
 // (stride 1, padding (r - 1) * dil - pad) with the weights flipped in both taps and transposed
 // in the channels (cuda_conv_flip_weights, a copy of w's size): no column matrix. Strided input
 // gradients: W^T dy into a column matrix, then col2im gathers each input element's taps (each
-// element written once: no atomics). Weight gradient: implicit GEMM (float and double on the SIMT
-// kernel; half, bfloat16 and tf32 on the register-staged tensor-core kernel), k running over
-// every (image, pixel) pair, dy's rows and the input's taps gathered on load
+// element written once: no atomics). Under conv_algorithm::winograd, float 3x3 layers run the
+// forward pass and stride-1 input gradients as Winograd F(4x4, 3x3) instead (winograd.cuh).
+// Weight gradient: implicit GEMM (float and double on the SIMT kernel; half, bfloat16 and tf32
+// on the register-staged tensor-core kernel), k running over every (image, pixel) pair, dy's
+// rows and the input's taps gathered on load
 // (cuda_conv_k_gather); elsewhere (other types, or positions beyond 32 bits) the chunk's columns
 // and dy are laid side by side along the pixel axis, so one GEMM per chunk and group sums over the
 // chunk's images, chunks accumulating with beta = 1 in order. Every sum has a fixed order, so
@@ -41,6 +43,7 @@
 #include "gemm.cuh"
 #include "launch.hpp"
 #include "memory.hpp"
+#include "winograd.cuh"
 
 TESSERA_BEGIN_NAMESPACE
 namespace detail {
@@ -382,11 +385,12 @@ struct conv_kernel<cuda> {
 
   /// The forward pass as implicit GEMM: per group, one batched product over every image whose
   /// B operand the GEMM kernels gather from the image as they load it (cuda_conv_gather), so
-  /// no lowered matrix is written or read. Channels last on the pipelined tensor-core kernels
+  /// no lowered matrix is written or read; or as Winograd F(4x4, 3x3) where the user chose it
+  /// and the layer qualifies (winograd.cuh). Channels last on the pipelined tensor-core kernels
   /// where they take it (run_channels_last), else from the planar images.
   template <class TX, class TW, class Acc>
   static void run_implicit(const detail::conv_forward_problem<TX, TW, Acc>& p) {
-    if (run_channels_last(p)) return;
+    if (detail::cuda_winograd_forward(p) || run_channels_last(p)) return;
     const detail::conv_geometry& g = p.g;
     std::optional<detail::cuda_scratch> scratch;
     const detail::cuda_conv_tap* table =
