@@ -6,7 +6,7 @@
 //   conv_<pass>/<math>/<impl>/<shape>   pass fwd | bwd_data | bwd_filter;
 //                                       math fp32 | tf32 | fp16 | bf16;
 //                                       impl tessera | tessera_planar | tessera_whole_k |
-//                                            tessera_lowered | cudnn
+//                                            tessera_lowered | tessera_winograd | cudnn
 //
 // tessera_planar (tf32, fp16 and bf16 forward and input gradient): the implicit GEMM on planar
 // (NCHW) images through the register-staged kernel, with the pipelined kernels switched off;
@@ -16,6 +16,9 @@
 // tessera_lowered (weight gradient): implicit GEMM switched off, so the input is lowered into a
 // column matrix in device memory and dy regrouped beside it, then one GEMM per chunk of images:
 // what the implicit weight gradients (SIMT for fp32, the tensor-core kernel for the others) gain.
+// tessera_winograd (fp32 forward and input gradient of the 3x3 stride-1 layers of one group and at
+// least 16 channels in and out): under set_float32_conv_algorithm(winograd), Winograd F(4x4, 3x3)
+// (winograd.cuh), for comparison with cuDNN's Winograd algorithms where cudnnFind* picks them.
 //
 // math fp32: float inputs and products (tessera's default; cuDNN with CUDNN_FMA_MATH, which
 // keeps it off the tensor cores); tf32: tessera under set_float32_matmul_precision(high), cuDNN
@@ -232,13 +235,21 @@ struct conv_case {
   }
 };
 
-enum class impl { tessera, tessera_planar, tessera_whole_k, tessera_lowered, cudnn };
+enum class impl {
+  tessera,
+  tessera_planar,
+  tessera_whole_k,
+  tessera_lowered,
+  tessera_winograd,
+  cudnn
+};
 const char* impl_name(impl i) {
-  return i == impl::tessera           ? "tessera/"
-         : i == impl::tessera_planar  ? "tessera_planar/"
-         : i == impl::tessera_whole_k ? "tessera_whole_k/"
-         : i == impl::tessera_lowered ? "tessera_lowered/"
-                                      : "cudnn/";
+  return i == impl::tessera            ? "tessera/"
+         : i == impl::tessera_planar   ? "tessera_planar/"
+         : i == impl::tessera_whole_k  ? "tessera_whole_k/"
+         : i == impl::tessera_lowered  ? "tessera_lowered/"
+         : i == impl::tessera_winograd ? "tessera_winograd/"
+                                       : "cudnn/";
 }
 
 template <class T>
@@ -263,6 +274,14 @@ void bm_conv(benchmark::State& st, const conv_shape& s, pass p, math m, impl who
     }
     ~lowering_scope() { ts::detail::cuda_conv_implicit_gemm() = true; }
   } const lowering(who);
+  // tessera_winograd: conv_algorithm::winograd for this row only.
+  struct algorithm_scope {
+    explicit algorithm_scope(impl who) {
+      ts::set_float32_conv_algorithm(who == impl::tessera_winograd ? ts::conv_algorithm::winograd
+                                                                   : ts::conv_algorithm::gemm);
+    }
+    ~algorithm_scope() { ts::set_float32_conv_algorithm(ts::conv_algorithm::gemm); }
+  } const algorithm(who);
   auto out = poisoned<T>(cc.out_shape(p));
   if (who != impl::cudnn) {
     auto ref = poisoned<T>(cc.out_shape(p));
@@ -291,7 +310,7 @@ void add_benchmarks() {
       for (const conv_shape& s : bench::all_shapes()) {
         if (p == pass::bwd_data && !s.input_grad) continue;
         for (impl who : {impl::tessera, impl::tessera_planar, impl::tessera_whole_k,
-                         impl::tessera_lowered, impl::cudnn}) {
+                         impl::tessera_lowered, impl::tessera_winograd, impl::cudnn}) {
           // The planar rows are there to compare with the channels-last path, which takes
           // tensor-core products only, and forward-shaped passes only.
           if (who == impl::tessera_planar && (m == math::fp32 || p == pass::bwd_filter)) continue;
@@ -299,6 +318,12 @@ void add_benchmarks() {
           const bool few_tiles = s.name == "lenet2" || s.name == "resnet14" || s.name == "stride2";
           if (who == impl::tessera_whole_k && (!few_tiles || p == pass::bwd_data)) continue;
           if (who == impl::tessera_lowered && p != pass::bwd_filter) continue;
+          // Winograd rows where the Winograd path takes the layer (cuda_winograd_geometry).
+          const bool winograd_layer =
+              s.r == 3 && s.s == 3 && s.stride == 1 && s.groups == 1 && s.c >= 16 && s.k >= 16;
+          if (who == impl::tessera_winograd &&
+              (m != math::fp32 || p == pass::bwd_filter || !winograd_layer))
+            continue;
           const auto body = [=](benchmark::State& st) {
             if (m == math::fp16)
               bm_conv<ts::half>(st, s, p, m, who);

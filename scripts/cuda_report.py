@@ -89,32 +89,41 @@ def gemm_table(rows, out, verdicts):
 def conv_table(rows, out, verdicts):
     pairs = defaultdict(dict)  # (pass, math, shape) -> impl -> row
     for name, r in rows.items():
-        m = re.match(r"conv_(\w+)/(\w+)/(tessera_planar|tessera_whole_k|tessera_lowered|tessera|"
-                     r"cudnn)/(\w+)$", name)
+        m = re.match(r"conv_(\w+)/(\w+)/(tessera_planar|tessera_whole_k|tessera_lowered|"
+                     r"tessera_winograd|tessera|cudnn)/(\w+)$", name)
         if m:
             pairs[(m.group(1), m.group(2), m.group(4))][m.group(3)] = r
     # tessera_planar (tf32): the planar implicit GEMM on the register-staged kernel, where tessera
     # runs the channels-last one on the pipelined kernels (when the channels allow);
     # tessera_lowered (weight gradients): implicit GEMM off, the input lowered in device memory;
-    # cuDNN's algorithm: the label of its row (what cudnnFind* chose).
+    # tessera_winograd (fp32 3x3 stride-1 forward and input gradients): under
+    # set_float32_conv_algorithm(winograd); cuDNN's algorithm: the label of its row (what
+    # cudnnFind* chose).
     out.append("| pass | math | shape | tessera TFLOP/s | cuDNN TFLOP/s | tessera / cuDNN | rel_err "
-               "| planar TFLOP/s | k whole TFLOP/s | lowered TFLOP/s | cuDNN algorithm |")
-    out.append("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+               "| planar TFLOP/s | k whole TFLOP/s | lowered TFLOP/s | Winograd TFLOP/s | Winograd / cuDNN "
+               "| cuDNN algorithm |")
+    out.append("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for (p, math, shape), impl in sorted(pairs.items()):
         t, c, pl = impl.get("tessera"), impl.get("cudnn"), impl.get("tessera_planar")
         wk, lw = impl.get("tessera_whole_k"), impl.get("tessera_lowered")
-        tm, cm = median(t), median(c)
+        wg = impl.get("tessera_winograd")
+        tm, cm, wm = median(t), median(c), median(wg)
         ratio = cm / tm if tm and cm else None
+        wratio = cm / wm if wm and cm else None
         out.append(f"| {p} | {math} | {shape} | {fmt(t and t.get('TFLOP/s'), '.2f')} | "
                    f"{fmt(c and c.get('TFLOP/s'), '.2f')} | {fmt(ratio, '.2f')} | "
                    f"{fmt(t and t.get('rel_err'), '.1e')} | "
                    f"{fmt(pl and median(pl) and pl.get('TFLOP/s'), '.2f')} | "
                    f"{fmt(wk and median(wk) and wk.get('TFLOP/s'), '.2f')} | "
                    f"{fmt(lw and median(lw) and lw.get('TFLOP/s'), '.2f')} | "
+                   f"{fmt(wm and wg.get('TFLOP/s'), '.2f')} | {fmt(wratio, '.2f')} | "
                    f"{(c and c.get('label')) or ''} |")
         if p == "fwd" and shape.startswith("resnet"):
             verdicts.append((f"conv fwd {math} {shape} >= {CONV_TARGET}x cuDNN", ratio,
                              CONV_TARGET))
+            if wg is not None:  # the same layer under set_float32_conv_algorithm(winograd)
+                verdicts.append((f"conv fwd {math} {shape} (Winograd) >= {CONV_TARGET}x cuDNN",
+                                 wratio, CONV_TARGET))
 
 
 def stream_table(rows, out, verdicts):

@@ -99,8 +99,8 @@ __global__ void __launch_bounds__(cuda_winograd_threads)
 /// channel ci, rows from 4 ty - pad_top, columns from 4 tx - pad_left, zero outside the image.
 template <class T>
 __global__ void __launch_bounds__(cuda_winograd_threads)
-    cuda_winograd_input(conv_geometry g, const T* x, int64_t n0, int64_t nb, int64_t th,
-                        int64_t tw, T* v) {
+    cuda_winograd_input(conv_geometry g, const T* x, int64_t n0, int64_t nb, int64_t th, int64_t tw,
+                        T* v) {
   const int64_t tiles = nb * th * tw, total = tiles * g.c, step = int64_t{gridDim.x} * blockDim.x;
   for (int64_t e = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; e < total; e += step) {
     const int64_t tx = e % tw, ty = e / tw % th, ci = e / (tw * th) % g.c, b = e / (tw * th * g.c);
@@ -201,15 +201,15 @@ bool cuda_winograd_forward(const conv_forward_problem<TX, TW, Acc>& p) {
   } else {
     const conv_geometry& g = p.g;
     if (get_float32_conv_algorithm() != conv_algorithm::winograd ||
-        get_float32_matmul_precision() != matmul_precision::highest ||
-        !cuda_winograd_geometry(g) ||
+        get_float32_matmul_precision() != matmul_precision::highest || !cuda_winograd_geometry(g) ||
         !cuda_winograd_choice().enabled.load(std::memory_order_relaxed))
       return false;
     constexpr int64_t X = cuda_winograd_positions;
     const int64_t th = (g.ho + 3) / 4, tw = (g.wo + 3) / 4;
     const int64_t per_image = X * (g.c + g.k) * th * tw * int64_t{sizeof(float)};
     if (per_image > cuda_winograd_scratch_bytes()) return false;
-    const int64_t nb = std::max<int64_t>(1, std::min(g.n, cuda_winograd_scratch_bytes() / per_image));
+    const int64_t nb =
+        std::max<int64_t>(1, std::min(g.n, cuda_winograd_scratch_bytes() / per_image));
     cuda_scratch u(static_cast<size_t>(X * g.k * g.c) * sizeof(float));
     cuda_scratch vm(static_cast<size_t>(nb * per_image));
     auto* uw = static_cast<float*>(u.get());
