@@ -40,6 +40,11 @@
 //                 format; x is reordered again for the weight gradient (the forward's reordered
 //                 copy is not kept across operations). A reorder is skipped only where the
 //                 primitive's format is the NCHW one already (lenet1's x).
+//   tessera_winograd  the same calls under ts::set_float32_conv_algorithm(winograd), on the 3x3
+//                 stride-1 layers Winograd F(4x4, 3x3) takes (lenet2, resnet3x3, resnet14,
+//                 vgg112): the forward pass and the input gradient run as Winograd; its results
+//                 are checked against tessera's direct ones (y and dx within 1e-4 of their largest
+//                 magnitude) before timing, counter "rel_diff" the largest such difference.
 //   dnnl_blocked  the same primitives with every operand already in their formats: the timed
 //                 region is the primitives alone, with the outputs left in those formats (what a
 //                 framework keeping tensors in oneDNN's layouts between layers would pay).
@@ -544,12 +549,36 @@ const check_result& get_check(size_t i, int t) {
 
 // ---------------------------------------------------------------- benchmarks
 enum class pass { fwd, fwd_bwd };
-enum class impl { tessera, dnnl, dnnl_blocked };
+enum class impl { tessera, tessera_winograd, dnnl, dnnl_blocked };
+
+// Winograd's results against tessera's direct ones (checked by get_check): the largest
+// |winograd - direct| relative to max |direct| over y (and dx where the shape has it).
+double winograd_rel_diff(problem& p) {
+  const auto rel = [](const ts::Tensor<float>& a, const ts::Tensor<float>& b) {
+    double worst = 0, scale = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      worst = std::max(worst, std::abs(double(a.data()[i]) - double(b.data()[i])));
+      scale = std::max(scale, std::abs(double(b.data()[i])));
+    }
+    return std::isnan(worst) ? 1.0 : worst / std::max(scale, 1e-30);
+  };
+  tessera_forward(p);
+  const ts::Tensor<float> y_direct = p.y.clone();
+  const grads direct = tessera_backward(p);
+  ts::set_float32_conv_algorithm(ts::conv_algorithm::winograd);
+  tessera_forward(p);
+  const grads wino = tessera_backward(p);
+  ts::set_float32_conv_algorithm(ts::conv_algorithm::gemm);
+  double d = rel(p.y, y_direct);
+  if (p.sh.input_grad) d = std::max(d, rel(wino.dx, direct.dx));
+  return d;
+}
 
 void add(pass ps, impl im, size_t shape, int t) {
-  const char* impl_name = im == impl::tessera ? "tessera"
-                          : im == impl::dnnl  ? "dnnl"
-                                              : "dnnl_blocked";
+  const char* impl_name = im == impl::tessera            ? "tessera"
+                          : im == impl::tessera_winograd ? "tessera_winograd"
+                          : im == impl::dnnl             ? "dnnl"
+                                                         : "dnnl_blocked";
   const conv_shape& s = all_shapes()[shape];
   std::string name = ps == pass::fwd ? "fwd/" : "fwd_bwd/";
   name.append(impl_name).append("/").append(s.name).append("/threads:").append(std::to_string(t));
@@ -558,14 +587,32 @@ void add(pass ps, impl im, size_t shape, int t) {
     omp_set_num_threads(t);
     problem& p = get_problem(shape);
     const check_result& c = get_check(shape, t);
-    const std::string& error = c.stopping(im == impl::tessera ? 0 : 1, ps == pass::fwd_bwd);
+    const bool ours = im == impl::tessera || im == impl::tessera_winograd;
+    const std::string& error = c.stopping(ours ? 0 : 1, ps == pass::fwd_bwd);
     if (!error.empty()) {
       st.SkipWithError(error.c_str());
       return;
     }
     std::string label = std::string(impl_name) + " " + s.name + ": " + s.describe();
     std::function<void()> run;
-    if (im == impl::tessera) {
+    // tessera_winograd: the algorithm for this benchmark only, its results checked first.
+    struct algorithm_scope {
+      explicit algorithm_scope(bool on) {
+        if (on) ts::set_float32_conv_algorithm(ts::conv_algorithm::winograd);
+      }
+      ~algorithm_scope() { ts::set_float32_conv_algorithm(ts::conv_algorithm::gemm); }
+    };
+    if (im == impl::tessera_winograd) {
+      const double d = winograd_rel_diff(p);
+      st.counters["rel_diff"] = d;
+      if (!(d <= 1e-4)) {
+        st.SkipWithError(
+            format("%s: Winograd differs from the direct sums by %.3g", s.name.c_str(), d).c_str());
+        return;
+      }
+    }
+    const algorithm_scope algorithm(im == impl::tessera_winograd);
+    if (ours) {
       if (ps == pass::fwd)
         run = [&p] { tessera_forward(p); };
       else
@@ -575,7 +622,7 @@ void add(pass ps, impl im, size_t shape, int t) {
           benchmark::DoNotOptimize(g.dw.data());
         };
 #ifdef TESSERA_BENCH_HAVE_DNNL
-      st.counters["rel_diff"] = c.rel_diff;
+      if (im == impl::tessera) st.counters["rel_diff"] = c.rel_diff;
 #endif
     } else {
 #ifdef TESSERA_BENCH_HAVE_DNNL
@@ -654,6 +701,7 @@ int main(int argc, char** argv) {
     for (pass ps : {pass::fwd, pass::fwd_bwd})
       for (int t : threads) {
         add(ps, impl::tessera, i, t);
+        if (all_shapes()[i].winograd()) add(ps, impl::tessera_winograd, i, t);
 #ifdef TESSERA_BENCH_HAVE_DNNL
         add(ps, impl::dnnl, i, t);
         add(ps, impl::dnnl_blocked, i, t);

@@ -318,9 +318,8 @@ void add_benchmarks() {
           const bool few_tiles = s.name == "lenet2" || s.name == "resnet14" || s.name == "stride2";
           if (who == impl::tessera_whole_k && (!few_tiles || p == pass::bwd_data)) continue;
           if (who == impl::tessera_lowered && p != pass::bwd_filter) continue;
-          // Winograd rows where the Winograd path takes the layer (cuda_winograd_geometry).
-          const bool winograd_layer =
-              s.r == 3 && s.s == 3 && s.stride == 1 && s.groups == 1 && s.c >= 16 && s.k >= 16;
+          // Winograd rows where the Winograd path takes the layer.
+          const bool winograd_layer = s.winograd();
           if (who == impl::tessera_winograd &&
               (m != math::fp32 || p == pass::bwd_filter || !winograd_layer))
             continue;

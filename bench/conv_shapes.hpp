@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <tessera/detail/winograd.hpp>
 #include <tessera/ops/conv.hpp>
 #include <vector>
 
@@ -31,6 +32,13 @@ struct conv_shape {
     o.padding = {pad, pad};
     o.groups = groups;
     return o;
+  }
+  /// Whether the library's Winograd F(4x4, 3x3) takes this layer (conv_algorithm::winograd).
+  bool winograd() const {
+    ts::detail::conv_geometry g;
+    g.n = n, g.c = c, g.h = h, g.w = w, g.k = k, g.r = r, g.s = s, g.ho = ho(), g.wo = wo();
+    g.stride_h = g.stride_w = stride, g.pad_top = g.pad_left = pad, g.groups = groups;
+    return ts::detail::winograd_layer(g);
   }
   ts::Shape x_shape() const { return {n, c, h, w}; }
   ts::Shape w_shape() const { return {k, cg(), r, s}; }

@@ -16,8 +16,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
+#include <random>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -789,6 +791,144 @@ TEST(ConvThreads, FewChannelLayersOneAndTwoThreads) {
   // A first layer (one image: its rows are split between threads) and a depthwise layer.
   check_thread_counts({1, 3, 64, 64}, {16, 3, 7, 7}, {.stride = {2, 2}, .padding = {3, 3}}, 24);
   check_thread_counts({2, 64, 32, 32}, {64, 1, 3, 3}, {.padding = {1, 1}, .groups = 64}, 25);
+}
+
+// Winograd F(4, 3)'s one-dimensional transforms (detail/winograd.hpp, shared by the CPU and CUDA
+// backends): A^T [(G g) * (B^T d)] is the correlation y_i = sum_j d_{i+j} g_j, in double to
+// rounding, for integer inputs and for every unit input and tap (each coefficient).
+TEST(ConvWinograd, TransformsComputeTheCorrelation) {
+  namespace d = ts::detail;
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> small(-9, 9);
+  int checked = 0;
+  for (int trial = 0; trial < 6 * 3 + 200; ++trial) {
+    double in[6] = {}, taps[3] = {};
+    if (trial < 18) {
+      in[trial / 3] = 1, taps[trial % 3] = 1;
+    } else {
+      for (double& v : in) v = small(rng);
+      for (double& v : taps) v = small(rng);
+    }
+    double bd[6], gg[6], prod[6], y[4];
+    d::winograd_input_1d(in, bd);
+    d::winograd_weight_1d(taps, gg);
+    for (int i = 0; i < 6; ++i) prod[i] = bd[i] * gg[i];
+    d::winograd_output_1d(prod, y);
+    for (int i = 0; i < 4; ++i) {
+      const double want = in[i] * taps[0] + in[i + 1] * taps[1] + in[i + 2] * taps[2];
+      ASSERT_NEAR(y[i], want, 1e-12) << "output " << i << " of trial " << trial;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 4 * 218);
+}
+
+// conv_algorithm::winograd for a test's duration (restored however the test ends).
+struct winograd_scope {
+  winograd_scope() { ts::set_float32_conv_algorithm(ts::conv_algorithm::winograd); }
+  ~winograd_scope() { ts::set_float32_conv_algorithm(ts::conv_algorithm::gemm); }
+};
+
+// The largest |got - want| / (magnitude + tiny) over the elements: how far a Winograd result is
+// from the direct sums, relative to the sum of |x| |w| (+ |bias|) over each output's taps.
+double winograd_error(const ts::Tensor<float>& got, const ts::Tensor<float>& want,
+                      const ts::Tensor<float>& magnitude) {
+  EXPECT_EQ(got.shape(), want.shape());
+  const auto g = got.to_vector(), w = want.to_vector(), m = magnitude.to_vector();
+  double worst = 0;
+  for (size_t i = 0; i < g.size(); ++i)
+    worst = std::max(worst, std::fabs(double(g[i]) - w[i]) / (double(m[i]) + 1e-30));
+  return std::isnan(worst) ? 1 : worst;
+}
+
+bool same_bits(const ts::Tensor<float>& a, const ts::Tensor<float>& b) {
+  const auto x = a.to_vector(), y = b.to_vector();
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
+// Winograd F(4x4, 3x3) on the CPU (conv/winograd.hpp) against the direct sums of
+// conv_algorithm::gemm: tails of 1 to 3 outputs, no padding, padding 2, asymmetric padding, bias
+// and ReLU, 17 channels, blocks of tiles from several images, several blocks per image and
+// several slices of output channels (60 x 60 images, 40 output channels), on one and two threads;
+// forward and input gradients. Each result must differ from the direct one in its bits (the
+// Winograd path ran) and stay within the transforms' rounding (bound 1e-4 of the magnitude; one
+// changed coefficient gives about 5e-2).
+TEST(ConvWinograd, ForwardAndInputGradientsWithinTheirRounding) {
+  if (!ts::detail::simd::available<float>)
+    GTEST_SKIP() << "the CPU's Winograd needs SIMD vectors (this build is scalar)";
+  const conv_case cases[] = {
+      {"pad 1, tails of 1 and 3", {2, 16, 9, 11}, {16, 16, 3, 3}, {.padding = {1, 1}}},
+      {"no padding, 17 channels", {3, 17, 8, 8}, {20, 17, 3, 3}, {}},
+      {"pad 2", {1, 16, 6, 13}, {24, 16, 3, 3}, {.padding = {2, 2}}},
+      {"asymmetric", {2, 16, 7, 7}, {16, 16, 3, 3}, {.padding = {1, 1}, .padding_end = {0, 2}}},
+      {"many small images", {9, 16, 6, 7}, {16, 16, 3, 3}, {.padding = {1, 1}}},
+      {"blocks and slices", {2, 16, 60, 60}, {40, 16, 3, 3}, {.padding = {1, 1}}},
+  };
+  const auto blocks = ts::detail::winograd_cpu_blocking(16, 40, 2 * 15 * 15);
+  ASSERT_LT(blocks.nt, 2 * 15 * 15) << "the last case no longer spans several blocks of tiles";
+  ASSERT_NE(15 * 15 % blocks.nt, 0) << "the last case's blocks no longer straddle its images";
+  ASSERT_LT(blocks.kb, 40) << "the last case no longer spans several slices of channels";
+  constexpr double bound = 1e-4;
+  uint64_t seed = 1300;
+  for (const auto& c : cases) {
+    ts::Generator gen(seed++);
+    const auto x = ts::randn<float>(c.x, gen), w = ts::randn<float>(c.w, gen);
+    const auto bias = ts::randn<float>({c.w[0]}, gen);
+    const auto want = ts::conv2d(x, w, bias, c.o);
+    const auto magnitude = ts::conv2d(ts::abs(x), ts::abs(w), ts::abs(bias), c.o);
+    const auto dy = ts::randn<float>(want.shape(), gen);
+    const auto dx_want = ts::conv2d_backward_input(dy, w, c.x, c.o);
+    const auto dx_magnitude = ts::conv2d_backward_input(ts::abs(dy), ts::abs(w), c.x, c.o);
+    auto relu = c.o;
+    relu.relu = true;
+    const auto relu_want = ts::conv2d(x, w, bias, relu);
+    const winograd_scope scope;
+    for (const int threads : {1, 2}) {
+      ts::set_num_threads(threads);
+      const std::string what = c.name + std::string(threads == 1 ? ", 1 thread" : ", 2 threads");
+      const auto got = ts::conv2d(x, w, bias, c.o);
+      EXPECT_FALSE(same_bits(got, want)) << what << ": Winograd did not run";
+      EXPECT_LE(winograd_error(got, want, magnitude), bound) << what << " forward";
+      EXPECT_LE(winograd_error(ts::conv2d(x, w, bias, relu), relu_want, magnitude), bound)
+          << what << " relu";
+      const auto dx = ts::conv2d_backward_input(dy, w, c.x, c.o);
+      EXPECT_FALSE(same_bits(dx, dx_want)) << what << ": Winograd did not run for dx";
+      EXPECT_LE(winograd_error(dx, dx_want, dx_magnitude), bound) << what << " input gradient";
+    }
+    ts::set_num_threads(0);
+  }
+}
+
+// What Winograd does not take computes as with conv_algorithm::gemm, bit for bit: stride 2, 15
+// channels in or out, two groups, 5x5, dilation 2, double; weight gradients of a layer it takes.
+TEST(ConvWinograd, LeavesOtherLayersAlone) {
+  const ts::Conv2dOptions pad1{.padding = {1, 1}};
+  const conv_case cases[] = {
+      {"stride 2", {2, 16, 9, 9}, {16, 16, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}}},
+      {"15 input channels", {2, 15, 9, 9}, {16, 15, 3, 3}, pad1},
+      {"15 output channels", {2, 16, 9, 9}, {15, 16, 3, 3}, pad1},
+      {"two groups", {2, 32, 9, 9}, {32, 16, 3, 3}, {.padding = {1, 1}, .groups = 2}},
+      {"5x5", {2, 16, 9, 9}, {16, 16, 5, 5}, {.padding = {2, 2}}},
+      {"dilation 2", {2, 16, 9, 9}, {16, 16, 3, 3}, {.padding = {2, 2}, .dilation = {2, 2}}},
+  };
+  uint64_t seed = 1400;
+  for (const auto& c : cases) {
+    ts::Generator gen(seed++);
+    const auto x = ts::randn<float>(c.x, gen), w = ts::randn<float>(c.w, gen);
+    const auto want = ts::conv2d(x, w, c.o);
+    const winograd_scope scope;
+    EXPECT_TRUE(same_bits(ts::conv2d(x, w, c.o), want)) << c.name;
+  }
+  ts::Generator gen(1500);
+  const auto x = ts::randn<float>({2, 16, 9, 9}, gen), w = ts::randn<float>({16, 16, 3, 3}, gen);
+  const auto dy = ts::randn<float>({2, 16, 9, 9}, gen);
+  const auto xd = x.astype<double>(), wd = w.astype<double>();
+  const auto dw_want = ts::conv2d_backward_weight(dy, x, w.shape(), pad1);
+  const auto double_want = ts::conv2d(xd, wd, pad1).to_vector();
+  const winograd_scope scope;
+  EXPECT_TRUE(same_bits(ts::conv2d_backward_weight(dy, x, w.shape(), pad1), dw_want))
+      << "weight gradient";
+  EXPECT_EQ(ts::conv2d(xd, wd, pad1).to_vector(), double_want) << "double";
 }
 
 // ---- low precision and mixed dtypes -------------------------------------------------------------

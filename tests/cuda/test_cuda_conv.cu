@@ -91,36 +91,6 @@ TEST(CudaFastDiv, EqualsIntegerDivisionBelow2To31) {
   EXPECT_GT(checked, 4096 * 70);
 }
 
-// Winograd F(4, 3)'s one-dimensional transforms (winograd.cuh; no device needed, the same
-// functions run on the host): A^T [(G g) * (B^T d)] is the correlation y_i = sum_j d_{i+j} g_j,
-// in double to rounding, for integer inputs and for every unit input and tap (each coefficient).
-TEST(CudaWinograd, TransformsComputeTheCorrelation) {
-  namespace d = ts::detail;
-  std::mt19937 rng(11);
-  std::uniform_int_distribution<int> small(-9, 9);
-  int checked = 0;
-  for (int trial = 0; trial < 6 * 3 + 200; ++trial) {
-    double in[6] = {}, taps[3] = {};
-    if (trial < 18) {
-      in[trial / 3] = 1, taps[trial % 3] = 1;
-    } else {
-      for (double& v : in) v = small(rng);
-      for (double& v : taps) v = small(rng);
-    }
-    double bd[6], gg[6], prod[6], y[4];
-    d::cuda_winograd_input_1d(in, bd);
-    d::cuda_winograd_weight_1d(taps, gg);
-    for (int i = 0; i < 6; ++i) prod[i] = bd[i] * gg[i];
-    d::cuda_winograd_output_1d(prod, y);
-    for (int i = 0; i < 4; ++i) {
-      const double want = in[i] * taps[0] + in[i + 1] * taps[1] + in[i + 2] * taps[2];
-      ASSERT_NEAR(y[i], want, 1e-12) << "output " << i << " of trial " << trial;
-      ++checked;
-    }
-  }
-  EXPECT_EQ(checked, 4 * 218);
-}
-
 class CudaConvOps : public CudaFixture {};
 class CudaPoolOps : public CudaFixture {};
 
@@ -443,7 +413,6 @@ double winograd_error(const HostT<float>& got, const HostT<float>& want,
 // direct sums, within a bound that a wrong coefficient or a misplaced tile exceeds by orders of
 // magnitude; each checks that the Winograd path ran (one output transform per chunk).
 TEST_F(CudaConvOps, WinogradForwardAndInputGradientsWithinTheirRounding) {
-  const winograd_scope scope;
   namespace d = ts::detail;
   const conv_case cases[] = {
       {{2, 16, 9, 11}, {16, 16, 3, 3}, {.padding = {1, 1}}, "pad 1, tails of 1 and 3"},
@@ -475,6 +444,7 @@ TEST_F(CudaConvOps, WinogradForwardAndInputGradientsWithinTheirRounding) {
       const int64_t per_chunk = std::max<int64_t>(1, d::cuda_winograd_scratch_bytes() / per_image);
       return (c.x[0] + per_chunk - 1) / per_chunk;
     };
+    const winograd_scope scope;  // after the CPU's direct sums (the CPU honours it too)
     for (const bool small_chunks : {false, true}) {
       const int64_t saved = d::cuda_winograd_scratch_bytes();
       // Room for one image of the larger pass: the other may fit more than one.
@@ -522,9 +492,14 @@ TEST_F(CudaConvOps, WinogradLeavesOtherLayersAlone) {
   uint64_t seed = 950;
   const auto expect_untouched = [&](const layer& l, const std::string& what) {
     const auto x = ints<float>(l.x, seed++), w = ints<float>(l.w, seed++);
+    // The CPU's direct sums: the CPU takes the same layers as Winograd under the setting.
+    const ts::conv_algorithm chosen = ts::get_float32_conv_algorithm();
+    ts::set_float32_conv_algorithm(ts::conv_algorithm::gemm);
+    const auto want = ts::conv2d(x, w, l.o);
+    ts::set_float32_conv_algorithm(chosen);
     const int64_t before = d::cuda_winograd_choice().launches.load();
-    expect_same(
-        what, 0, 0, [&](const auto& a, const auto& b) { return ts::conv2d(a, b, l.o); }, x, w);
+    expect_close(ts::conv2d(x.to<ts::cuda>(), w.to<ts::cuda>(), l.o).to<ts::cpu>(), want, 0, 0,
+                 what);
     EXPECT_EQ(d::cuda_winograd_choice().launches.load(), before) << what;
   };
   const layer same_as_winograd{{2, 16, 9, 9}, {16, 16, 3, 3}, pad1, "3x3"};

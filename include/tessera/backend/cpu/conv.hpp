@@ -6,7 +6,9 @@
 //   input gradient   dx        = col2im(w[kg, Q]ᵀ · dy[kg, P])         (stride 1: a forward conv
 //                                                                       of dy, flipped weights)
 //   weight gradient  dw[kg, Q] += dy[kg, P] · im2col(x)[Q, P]ᵀ           (summed over images)
-// A 1x1 stride-1 unpadded convolution is the product itself, with no lowering. Otherwise the
+// A 1x1 stride-1 unpadded convolution is the product itself, with no lowering. Under
+// conv_algorithm::winograd, float 3x3 stride-1 layers run as Winograd F(4x4, 3x3) instead
+// (conv/winograd.hpp; input gradients too, being forward convolutions of dy). Otherwise the
 // im2col matrix is built one tile of output pixels at a time (conv/im2col.hpp), small enough to
 // stay in the cache between being written and being packed, so its full size never exists.
 // Which path runs for which shape is written down in docs/conv.md.
@@ -19,8 +21,10 @@
 
 #include "../../detail/conv_problem.hpp"
 #include "../tags.hpp"
+#include "conv/buffers.hpp"
 #include "conv/direct.hpp"
 #include "conv/im2col.hpp"
+#include "conv/winograd.hpp"
 #include "gemm.hpp"
 #include "parallel.hpp"
 
@@ -43,44 +47,6 @@ int64_t conv_tile_columns(int64_t rows, int64_t elem, int64_t pixels,
   int64_t np = budget / std::max<int64_t>(rows * elem, 1);
   np = std::max<int64_t>(np / nr, 1) * nr;
   return std::min(np, pixels);
-}
-
-/// What a per-thread convolution buffer holds. Buffers are kept between calls: a fresh
-/// multi-megabyte block page-faults on every first touch (measured: 11% of a [8, 256, 14, 14]
-/// 3x3 forward when the packed weights were allocated per call).
-enum class conv_buffer {
-  tile,      // im2col / col2im tile, or the padded input rows of the direct kernels
-  weights,   // packed weights (calling thread)
-  partials,  // weight-gradient partial sums of the other threads (calling thread)
-  aux,       // zero-padded output-gradient rows of the direct weight gradient
-  lowering,  // zero-padded input rows and tap offsets that conv_lower_tile lowers from
-};
-template <conv_buffer Role>
-gemm_buffer& thread_conv_buffer() {
-  static thread_local gemm_buffer b;
-  return b;
-}
-
-/// Runs body(item) for items [0, n) on up to get_num_threads() threads, thread t taking items
-/// t, t + T, ...; body(item, t) also gets the thread index (for per-thread accumulators).
-/// Serial when the whole work (n * cost multiply-adds) is below the GEMM's fork threshold.
-template <class Body>
-void conv_parallel_items(int64_t n, int64_t cost, int threads, Body&& body) {
-  if (n <= 0) return;
-  const int64_t work = gemm_work(n, std::max<int64_t>(cost, 1), 1);
-  const int nt = static_cast<int>(std::clamp<int64_t>(
-      std::min<int64_t>(n, work / gemm_parallel_grain), 1, std::max(threads, 1)));
-#if defined(_OPENMP)
-  if (nt > 1) {
-#pragma omp parallel num_threads(nt)
-    {
-      const int t = omp_get_thread_num(), T = omp_get_num_threads();
-      for (int64_t i = t; i < n; i += T) body(i, t);
-    }
-    return;
-  }
-#endif
-  for (int64_t i = 0; i < n; ++i) body(i, 0);
 }
 
 /// One lowered product m x n x k on this thread: gemm_block with the zero-k case handled as
@@ -338,6 +304,7 @@ void conv_forward_cpu(const conv_forward_problem<TX, TW, Acc>& p) {
     }
     return;
   }
+  if (conv_forward_winograd(p)) return;  // conv_algorithm::winograd: 3x3 stride-1 float layers
   if constexpr (simd::available<Acc>) {
     if (conv_use_direct<Acc>(g)) return conv_forward_direct(p);
   }
