@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "../../../core/conv_algorithm.hpp"
 #include "../../../detail/conv_problem.hpp"
@@ -41,105 +42,134 @@ inline winograd_cpu_blocks winograd_cpu_blocking(int64_t c, int64_t k, int64_t t
   return {nt, kb};
 }
 
-/// Tiles of one tile row handled together by the transforms: vectors of them, the phases of
-/// their input rows in a stack buffer.
-inline constexpr int64_t winograd_cpu_run = 64;
-
-/// Calls f(img, ty, tx, u, len) for the tiles t0 .. t0 + count - 1 of the batch (image by image,
-/// th x tw tiles each in raster order) in runs of at most winograd_cpu_run tiles of one tile row:
-/// image img, tile row ty, first tile tx, position u of that tile within the block, len tiles.
-template <class F>
-void winograd_cpu_runs(int64_t t0, int64_t count, int64_t th, int64_t tw, F&& f) {
-  for (int64_t t = t0; t < t0 + count;) {
-    const int64_t img = t / (th * tw), ty = t / tw % th, tx = t % tw;
-    const int64_t len = std::min({tw - tx, t0 + count - t, winograd_cpu_run});
-    f(img, ty, tx, t - t0, len);
-    t += len;
+/// Where the block's tiles lie: tile u of the block (tile t0 + u of the batch, images of th x tw
+/// tiles in raster order) is image img[u], top-left output (oy[u], ox[u]).
+struct winograd_cpu_tiles {
+  std::vector<int64_t> img, oy, ox;
+  void locate(int64_t t0, int64_t count, int64_t th, int64_t tw) {
+    img.resize(static_cast<size_t>(count)), oy.resize(img.size()), ox.resize(img.size());
+    for (int64_t u = 0; u < count; ++u) {
+      const int64_t t = t0 + u;
+      const auto i = static_cast<size_t>(u);
+      img[i] = t / (th * tw), oy[i] = t / tw % th * 4, ox[i] = t % tw * 4;
+    }
   }
-}
+};
 
-/// V[xi][ci][t] = (B^T d B)[xi] for every channel of the block's tiles t < count (tiles t0 ..
-/// t0 + count - 1 of the batch x, planar; a block may span images), t running to nt (tiles past
-/// count are zeros, which the micro-kernel reads as whole panels). Vectorized across the tiles of a
-/// row: input column 4 tx + j - pad_left of tile tx is entry tx + j / 4 of the row's phase j % 4,
-/// so after splitting each input row into its four phases every d[i][j] is a contiguous vector of
-/// tiles.
+/// V[xi][ci][u] = (B^T d B)[xi] for every channel of the block's tiles u < count (x planar),
+/// u running to nt (tiles past count are zeros, which the micro-kernel reads as whole panels).
+/// Vectorized across tiles: each vector's tiles gather their 6x6 inputs into d[i][j][lane] (any
+/// tiles: of one row, of several rows or images alike), then the transform runs on whole vectors.
 template <class V>  // simd::vec<float> (a template: scalar builds never instantiate it)
-void winograd_cpu_input(const conv_geometry& g, const float* x, int64_t t0, int64_t count,
-                        int64_t nt, int64_t th, int64_t tw, float* v) {
+void winograd_cpu_input(const conv_geometry& g, const float* x, const winograd_cpu_tiles& at,
+                        int64_t count, int64_t nt, float* v) {
   constexpr int W = V::width;
-  constexpr int64_t X = winograd_positions, R = winograd_cpu_run;
-  const int64_t c = g.c;
+  constexpr int64_t X = winograd_positions;
+  const int64_t c = g.c, hw = g.h * g.w;
   for (int64_t xi = 0; xi < X; ++xi)
     for (int64_t ci = 0; ci < c; ++ci)
       std::fill(v + (xi * c + ci) * nt + count, v + (xi * c + ci + 1) * nt, 0.0f);
-  alignas(64) float phase[6][4][R + W];  // phase[i][q][u]: input (row i, column 4 u + q - pad)
-  for (int64_t ci = 0; ci < c; ++ci) {
-    winograd_cpu_runs(
-        t0, count, th, tw, [&](int64_t img, int64_t ty, int64_t tx, int64_t at, int64_t len) {
-          const float* plane = x + (img * c + ci) * g.h * g.w;
-          for (int i = 0; i < 6; ++i) {
-            const int64_t iy = 4 * ty - g.pad_top + i;
-            const float* row = iy >= 0 && iy < g.h ? plane + iy * g.w : nullptr;
-            for (int q = 0; q < 4; ++q)
-              for (int64_t u = 0; u < len + W; ++u) {  // past len + 1: zeros the vectors read
-                const int64_t ix = 4 * (tx + u) + q - g.pad_left;
-                phase[i][q][u] = row && u <= len && ix >= 0 && ix < g.w ? row[ix] : 0.0f;
-              }
-          }
-          for (int64_t u = 0; u < len; u += W) {
-            V d[6][6], t[36];
-            for (int i = 0; i < 6; ++i)
-              for (int j = 0; j < 6; ++j) d[i][j] = V::load(&phase[i][j % 4][u + j / 4]);
-            winograd_input_tile(d, t);
-            const int64_t n = std::min<int64_t>(W, len - u);
-            for (int64_t xi = 0; xi < X; ++xi) {
-              float* dst = v + (xi * c + ci) * nt + at + u;
-              if (n == W) {
-                t[xi].store(dst);
-              } else {
-                alignas(64) float lanes[W];
-                t[xi].store(lanes);
-                std::copy(lanes, lanes + n, dst);
-              }
+  alignas(64) float d[6][6][W];
+  for (int64_t ci = 0; ci < c; ++ci)
+    for (int64_t u0 = 0; u0 < count; u0 += W) {
+      const int64_t n = std::min<int64_t>(W, count - u0);
+      for (int64_t l = 0; l < W; ++l) {
+        const auto u = static_cast<size_t>(u0 + l);
+        const int64_t y0 = l < n ? at.oy[u] - g.pad_top : -8,
+                      x0 = l < n ? at.ox[u] - g.pad_left : 0;
+        const float* plane = x + ((l < n ? at.img[u] : 0) * c + ci) * hw;
+        if (y0 >= 0 && y0 + 6 <= g.h && x0 >= 0 && x0 + 6 <= g.w) {  // inside: no checks
+          for (int i = 0; i < 6; ++i)
+            for (int j = 0; j < 6; ++j) d[i][j][l] = plane[(y0 + i) * g.w + x0 + j];
+        } else {
+          for (int i = 0; i < 6; ++i)
+            for (int j = 0; j < 6; ++j) {
+              const int64_t iy = y0 + i, ix = x0 + j;
+              d[i][j][l] = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w ? plane[iy * g.w + ix] : 0.0f;
             }
-          }
-        });
+        }
+      }
+      V dv[6][6], t[36];
+      for (int i = 0; i < 6; ++i)
+        for (int j = 0; j < 6; ++j) dv[i][j] = V::load(d[i][j]);
+      winograd_input_tile(dv, t);
+      for (int64_t xi = 0; xi < X; ++xi) {
+        float* dst = v + (xi * c + ci) * nt + u0;
+        if (n == W) {
+          t[xi].store(dst);
+        } else {
+          alignas(64) float lanes[W];
+          t[xi].store(lanes);
+          std::copy(lanes, lanes + n, dst);
+        }
+      }
+    }
+}
+
+/// The outputs of channel o for the block's tiles u < count: A^T m A of the products m[xi * ld +
+/// u] (a vector of tiles at a time; m must be readable one vector past count), plus `bias`, then
+/// ReLU if apply_relu, written into y ([n][k][ho][wo]) where inside the image.
+template <class V>  // simd::vec<float>, as for winograd_cpu_input
+void winograd_cpu_output(const conv_geometry& g, const float* m, int64_t ld,
+                         const winograd_cpu_tiles& at, int64_t count, int64_t o, float bias,
+                         bool apply_relu, float* y) {
+  constexpr int W = V::width;
+  alignas(64) float r[4][4][W];
+  for (int64_t u0 = 0; u0 < count; u0 += W) {
+    V mt[36], rv[4][4];
+    for (int xi = 0; xi < 36; ++xi) mt[xi] = V::load(m + xi * ld + u0);
+    winograd_output_tile(mt, rv);
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j) {
+        V val = rv[i][j] + bias;
+        if (apply_relu) val = simd::relu(val);
+        val.store(r[i][j]);
+      }
+    const int64_t n = std::min<int64_t>(W, count - u0);
+    for (int64_t l = 0; l < n; ++l) {
+      const auto u = static_cast<size_t>(u0 + l);
+      const int64_t oy = at.oy[u], ox = at.ox[u];
+      float* plane = y + (at.img[u] * g.k + o) * g.ho * g.wo;
+      const int rows = static_cast<int>(std::min<int64_t>(4, g.ho - oy));
+      const int cols = static_cast<int>(std::min<int64_t>(4, g.wo - ox));
+      for (int i = 0; i < rows; ++i)
+        for (int j = 0; j < cols; ++j) plane[(oy + i) * g.wo + ox + j] = r[i][j][l];
+    }
   }
 }
 
-/// The outputs of channel o for the block's tiles t < count (tiles t0 .. t0 + count - 1 of the
-/// batch): A^T m A of the products m[xi * ld + t] (one vector of tiles at a time), plus `bias`,
-/// then ReLU if apply_relu, written into y ([n][k][ho][wo]) where inside the image. m must be
-/// readable one vector past each run.
+/// Panel `panel` (output channels panel * MR .. + MR - 1) of U[xi] = G w G^T for every position
+/// xi, in the micro-kernel's packed layout (see conv_forward_winograd), zeros past k. Vectorized
+/// across input channels: each output channel's taps are first copied tap-major ([9][c]).
 template <class V>  // simd::vec<float>, as for winograd_cpu_input
-void winograd_cpu_output(const conv_geometry& g, const float* m, int64_t ld, int64_t t0,
-                         int64_t count, int64_t th, int64_t tw, int64_t o, float bias,
-                         bool apply_relu, float* y) {
-  constexpr int W = V::width;
-  winograd_cpu_runs(t0, count, th, tw,
-                    [&](int64_t img, int64_t ty, int64_t tx, int64_t at, int64_t len) {
-                      float* plane = y + (img * g.k + o) * g.ho * g.wo;
-                      for (int64_t u = 0; u < len; u += W) {
-                        V mt[36], r[4][4];
-                        for (int xi = 0; xi < 36; ++xi) mt[xi] = V::load(m + xi * ld + at + u);
-                        winograd_output_tile(mt, r);
-                        const int64_t n = std::min<int64_t>(W, len - u);
-                        for (int i = 0; i < 4 && 4 * ty + i < g.ho; ++i) {
-                          alignas(64) float lanes[4][W];
-                          for (int j = 0; j < 4; ++j) {
-                            V y = r[i][j] + bias;
-                            if (apply_relu) y = simd::relu(y);
-                            y.store(lanes[j]);
-                          }
-                          float* out = plane + (4 * ty + i) * g.wo;
-                          for (int64_t l = 0; l < n; ++l) {
-                            const int64_t ox = 4 * (tx + u + l);
-                            for (int j = 0; j < 4 && ox + j < g.wo; ++j) out[ox + j] = lanes[j][l];
-                          }
-                        }
-                      }
-                    });
+void winograd_cpu_weights(const float* w, int64_t k, int64_t c, int64_t panel, int64_t k_pad,
+                          float* u) {
+  constexpr int W = V::width, MR = gemm_tile<float>::mr;
+  constexpr int64_t X = winograd_positions;
+  thread_local std::vector<float> taps;
+  taps.resize(static_cast<size_t>(9 * (c + W)));
+  for (int64_t o = panel * MR; o < (panel + 1) * MR; ++o) {
+    float* dst = u + panel * MR * c + o % MR;  // + xi * k_pad * c + ci * MR
+    if (o >= k) {
+      for (int64_t xi = 0; xi < X; ++xi)
+        for (int64_t ci = 0; ci < c; ++ci) dst[xi * k_pad * c + ci * MR] = 0.0f;
+      continue;
+    }
+    for (int64_t ci = 0; ci < c; ++ci)
+      for (int q = 0; q < 9; ++q)
+        taps[static_cast<size_t>(q * (c + W) + ci)] = w[(o * c + ci) * 9 + q];
+    for (int64_t ci0 = 0; ci0 < c; ci0 += W) {
+      V g[9], t[36];
+      for (int q = 0; q < 9; ++q) g[q] = V::load(&taps[static_cast<size_t>(q * (c + W) + ci0)]);
+      winograd_weight_tile(g, t);
+      alignas(64) float lanes[W];
+      const int64_t n = std::min<int64_t>(W, c - ci0);
+      for (int64_t xi = 0; xi < X; ++xi) {
+        t[xi].store(lanes);
+        for (int64_t l = 0; l < n; ++l) dst[xi * k_pad * c + (ci0 + l) * MR] = lanes[l];
+      }
+    }
+  }
 }
 
 /// Runs p as Winograd F(4x4, 3x3) and returns true, or returns false having done nothing: p is not
@@ -169,13 +199,7 @@ bool conv_forward_winograd(const conv_forward_problem<TX, TW, Acc>& p) {
     float* u = static_cast<float*>(thread_conv_buffer<conv_buffer::weights>().get(
         sizeof(float) * static_cast<size_t>(X * k_pad * c)));
     conv_parallel_items(k_pad / MR, MR * c * 100, threads, [&](int64_t panel, int) {
-      for (int64_t o = panel * MR; o < (panel + 1) * MR; ++o)
-        for (int64_t ci = 0; ci < c; ++ci) {
-          float t[36] = {};
-          if (o < k) winograd_weight_tile(p.w + (o * c + ci) * 9, t);
-          float* dst = u + panel * MR * c + ci * MR + o % MR;
-          for (int64_t xi = 0; xi < X; ++xi) dst[xi * k_pad * c] = t[xi];
-        }
+      winograd_cpu_weights<V>(p.w, k, c, panel, k_pad, u);
     });
 
     const int64_t blocks = (tiles + nt - 1) / nt, kc = cached_gemm_blocks<float>().kc;
@@ -186,7 +210,9 @@ bool conv_forward_winograd(const conv_forward_problem<TX, TW, Acc>& p) {
       // M, with room for one vector past its end (the output transform reads whole vectors).
       float* m = static_cast<float*>(thread_conv_buffer<conv_buffer::products>().get(
           sizeof(float) * static_cast<size_t>(X * kb * nt + V::width)));
-      winograd_cpu_input<V>(g, p.x, t0, count, nt, th, tw, v);
+      thread_local winograd_cpu_tiles at;
+      at.locate(t0, count, th, tw);
+      winograd_cpu_input<V>(g, p.x, at, count, nt, v);
       for (int64_t k0 = 0; k0 < k; k0 += kb) {
         const int64_t kn = std::min(kb, k - k0);
         // M[xi][o - k0][t] = sum over ci of U[xi][o][ci] V[xi][ci][t], k blocks of kc channels.
@@ -207,7 +233,7 @@ bool conv_forward_winograd(const conv_forward_problem<TX, TW, Acc>& p) {
           }
         }
         for (int64_t o = k0; o < k0 + kn; ++o)
-          winograd_cpu_output<V>(g, m + (o - k0) * nt, kb * nt, t0, count, th, tw, o,
+          winograd_cpu_output<V>(g, m + (o - k0) * nt, kb * nt, at, count, o,
                                  p.bias ? p.bias[o] : 0.0f, p.relu, p.y);
       }
     });
