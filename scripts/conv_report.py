@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Turns a Google Benchmark JSON run of bench_conv into markdown tables (one per pass and thread
-count: rows are shapes, columns GFLOP/s of tessera, oneDNN with its NCHW reorders (dnnl) and
-oneDNN on its own layouts (dnnl_blocked), then the tessera/dnnl and tessera/dnnl_blocked ratios)
+count: rows are shapes, columns GFLOP/s of tessera, tessera under conv_algorithm::winograd (3x3
+stride-1 layers), oneDNN with its NCHW reorders (dnnl) and oneDNN on its own layouts
+(dnnl_blocked), then the tessera/dnnl, tessera/dnnl_blocked and tessera_winograd/dnnl_blocked ratios)
 and a bar plot of the GFLOP/s per shape at the largest thread count, forward and forward +
 backward side by side.
 
@@ -23,7 +24,7 @@ PASS_TITLE = {
     "fwd_bwd": "forward + backward (input gradient, weight gradient, bias gradient; lenet1: no "
                "input gradient)",
 }
-IMPL_ORDER = ["tessera", "dnnl", "dnnl_blocked"]
+IMPL_ORDER = ["tessera", "tessera_winograd", "dnnl", "dnnl_blocked"]
 ANCHORS = ["dnnl", "dnnl_blocked"]
 
 
@@ -86,13 +87,17 @@ def table(ps, threads, rows, order):
     found = {impl for cells in rows.values() for impl in cells}
     impls = [i for i in IMPL_ORDER if i in found] + sorted(found - set(IMPL_ORDER))
     anchors = [a for a in ANCHORS if a in impls] if "tessera" in impls else []
-    head = ["shape"] + [f"{i} GFLOP/s" for i in impls] + [f"tessera/{a}" for a in anchors]
+    # Winograd (conv_algorithm::winograd, the 3x3 stride-1 layers only) against the best anchor.
+    wino = ["dnnl_blocked"] if "tessera_winograd" in impls and "dnnl_blocked" in impls else []
+    head = (["shape"] + [f"{i} GFLOP/s" for i in impls] + [f"tessera/{a}" for a in anchors] +
+            [f"tessera_winograd/{a}" for a in wino])
     out = [f"### {ps}, {threads} thread{'s' if threads > 1 else ''}: {PASS_TITLE.get(ps, ps)}",
            "", "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for shape in sorted(rows, key=lambda s: order.index(s) if s in order else len(order)):
         cells = rows[shape]
         line = [shape] + [fmt(cells.get(i), i in cells) for i in impls]
         line += [ratio(cells.get("tessera"), cells.get(a)) for a in anchors]
+        line += [ratio(cells.get("tessera_winograd"), cells.get(a)) for a in wino]
         out.append("| " + " | ".join(line) + " |")
     return "\n".join(out)
 
