@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "test_util.hpp"
+#include "winograd_test_util.hpp"
 
 namespace {
 namespace ts = tessera;
@@ -823,23 +824,8 @@ TEST(ConvWinograd, TransformsComputeTheCorrelation) {
   EXPECT_EQ(checked, 4 * 218);
 }
 
-// conv_algorithm::winograd for a test's duration (restored however the test ends).
-struct winograd_scope {
-  winograd_scope() { ts::set_float32_conv_algorithm(ts::conv_algorithm::winograd); }
-  ~winograd_scope() { ts::set_float32_conv_algorithm(ts::conv_algorithm::gemm); }
-};
-
-// The largest |got - want| / (magnitude + tiny) over the elements: how far a Winograd result is
-// from the direct sums, relative to the sum of |x| |w| (+ |bias|) over each output's taps.
-double winograd_error(const ts::Tensor<float>& got, const ts::Tensor<float>& want,
-                      const ts::Tensor<float>& magnitude) {
-  EXPECT_EQ(got.shape(), want.shape());
-  const auto g = got.to_vector(), w = want.to_vector(), m = magnitude.to_vector();
-  double worst = 0;
-  for (size_t i = 0; i < g.size(); ++i)
-    worst = std::max(worst, std::fabs(double(g[i]) - w[i]) / (double(m[i]) + 1e-30));
-  return std::isnan(worst) ? 1 : worst;
-}
+using winograd_test::winograd_error;
+using winograd_test::winograd_scope;
 
 bool same_bits(const ts::Tensor<float>& a, const ts::Tensor<float>& b) {
   const auto x = a.to_vector(), y = b.to_vector();

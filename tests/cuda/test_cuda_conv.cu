@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "cuda_test_util.cuh"
+// after the CUDA backend's headers (it includes the library's common header)
+#include "../winograd_test_util.hpp"
 
 namespace {
 using namespace cuda_test;
@@ -389,23 +391,8 @@ TEST_F(CudaConvOps, WeightGradientsAsImplicitGemm) {
   ts::detail::cuda_gemm_tc_choice().enabled = true;
 }
 
-// conv_algorithm::winograd for a test's duration (restored however the test ends).
-struct winograd_scope {
-  winograd_scope() { ts::set_float32_conv_algorithm(ts::conv_algorithm::winograd); }
-  ~winograd_scope() { ts::set_float32_conv_algorithm(ts::conv_algorithm::gemm); }
-};
-
-// How far a Winograd result is from the CPU's direct sums, relative to what rounding may cost:
-// the largest |got - want| / (sum of |x| |w| over the output's taps + |bias| + tiny).
-double winograd_error(const HostT<float>& got, const HostT<float>& want,
-                      const HostT<float>& magnitude) {
-  EXPECT_EQ(got.shape(), want.shape());
-  const auto g = got.to_vector(), w = want.to_vector(), m = magnitude.to_vector();
-  double worst = 0;
-  for (size_t i = 0; i < g.size(); ++i)
-    worst = std::max(worst, std::fabs(double(g[i]) - w[i]) / (double(m[i]) + 1e-30));
-  return std::isnan(worst) ? 1 : worst;
-}
+using winograd_test::winograd_error;
+using winograd_test::winograd_scope;
 
 // Winograd F(4x4, 3x3) (winograd.cuh) on the layers it takes: tails of 1 to 3 outputs in both
 // directions, no padding, padding 2, asymmetric padding, bias and ReLU, odd channel counts, images
