@@ -4,13 +4,16 @@
 //
 //   fashion_mnist [--model cnn|mlp] [--device cpu|cuda] [--epochs N] [--batch B] [--lr L]
 //                 [--threads T] [--data DIR] [--save FILE] [--eval FILE] [--seed S] [--limit N]
+//                 [--conv gemm|winograd]
 //
 // Defaults: cnn, cpu, 2 epochs, batch 64, lr 0.05 (SGD, momentum 0.9), 2 threads, the data in
 // $TESSERA_FASHION_MNIST_DIR or /usr/share/datasets/fashion-mnist, checkpoint
 // fashion_mnist_<model>.npz. --eval FILE only loads FILE and reports its test accuracy.
 // --device cuda trains on the GPU: it needs the build of this file by nvcc (fashion_mnist_cuda,
 // built when CMake runs with -DTESSERA_ENABLE_CUDA=ON). --limit N uses only the first N training
-// and N test images.
+// and N test images. --conv winograd runs the CNN's second convolution (3x3, 32 -> 64 channels)
+// as Winograd F(4x4, 3x3) forward and in its input gradient (set_float32_conv_algorithm; the
+// first has one input channel and stays direct).
 #include <unistd.h>
 
 #include <chrono>
@@ -47,13 +50,14 @@ struct Args {
   std::string data, save, eval;
   uint64_t seed = 1;
   int64_t limit = 0;  // 0: every image
+  std::string conv = "gemm";
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::cerr << "fashion_mnist: " << why << "\n"
             << "usage: fashion_mnist [--model cnn|mlp] [--device cpu|cuda] [--epochs N] "
                "[--batch B] [--lr L] [--threads T] [--data DIR] [--save FILE] [--eval FILE] "
-               "[--seed S] [--limit N]\n";
+               "[--seed S] [--limit N] [--conv gemm|winograd]\n";
   std::exit(2);
 }
 
@@ -87,6 +91,8 @@ Args parse(int argc, char** argv) {
         a.eval = v;
       else if (k == "--seed")
         a.seed = std::stoull(v);
+      else if (k == "--conv")
+        a.conv = v;
       else
         usage("unknown option " + k);
     } catch (const std::logic_error&) {
@@ -95,6 +101,7 @@ Args parse(int argc, char** argv) {
   }
   if (a.model != "cnn" && a.model != "mlp") usage("--model is cnn or mlp, not " + a.model);
   if (a.device != "cpu" && a.device != "cuda") usage("--device is cpu or cuda, not " + a.device);
+  if (a.conv != "gemm" && a.conv != "winograd") usage("--conv is gemm or winograd, not " + a.conv);
   if (a.epochs < 0 || a.batch < 1 || !(a.lr > 0) || a.threads < 1 || a.limit < 0)
     usage("bad numeric option");
   if (a.save.empty()) a.save = "fashion_mnist_" + a.model + ".npz";
@@ -172,9 +179,9 @@ int run(const Args& args, const ts::data::Dataset& train, const ts::data::Datase
                 seconds_since(t));
     return 0;
   }
-  std::printf("training %d epochs on %s, batch %lld, SGD lr %g momentum 0.9, %d threads\n",
+  std::printf("training %d epochs on %s, batch %lld, SGD lr %g momentum 0.9, %d threads%s\n",
               args.epochs, args.device.c_str(), static_cast<long long>(args.batch), args.lr,
-              args.threads);
+              args.threads, args.conv == "winograd" ? ", Winograd convolutions" : "");
 
   ts::optim::SGD opt(model.parameters(), {.lr = args.lr, .momentum = 0.9});
   ts::Generator rng(args.seed);
@@ -242,6 +249,8 @@ int main(int argc, char** argv) {
   }
 #endif
   ts::set_num_threads(args.threads);
+  ts::set_float32_conv_algorithm(args.conv == "winograd" ? ts::conv_algorithm::winograd
+                                                         : ts::conv_algorithm::gemm);
   ts::nn::manual_seed(args.seed);
   try {
     const auto t_load = clock_type::now();
