@@ -794,34 +794,48 @@ TEST(ConvThreads, FewChannelLayersOneAndTwoThreads) {
   check_thread_counts({2, 64, 32, 32}, {64, 1, 3, 3}, {.padding = {1, 1}, .groups = 64}, 25);
 }
 
-// Winograd F(4, 3)'s one-dimensional transforms (detail/winograd.hpp, shared by the CPU and CUDA
+// Winograd's one-dimensional transforms (detail/winograd.hpp, shared by the CPU and CUDA
 // backends): A^T [(G g) * (B^T d)] is the correlation y_i = sum_j d_{i+j} g_j, in double to
-// rounding, for integer inputs and for every unit input and tap (each coefficient).
+// rounding, for integer inputs and for every unit input and tap (each coefficient); for F(4, 3)
+// (3 taps) and F(3, 4) (4 taps: the weight gradient's dy rows).
 TEST(ConvWinograd, TransformsComputeTheCorrelation) {
   namespace d = ts::detail;
   std::mt19937 rng(11);
   std::uniform_int_distribution<int> small(-9, 9);
   int checked = 0;
-  for (int trial = 0; trial < 6 * 3 + 200; ++trial) {
-    double in[6] = {}, taps[3] = {};
-    if (trial < 18) {
-      in[trial / 3] = 1, taps[trial % 3] = 1;
+  for (int trial = 0; trial < 6 * 4 + 200; ++trial) {
+    double in[6] = {}, taps[4] = {};
+    if (trial < 24) {
+      in[trial / 4] = 1, taps[trial % 4] = 1;
     } else {
       for (double& v : in) v = small(rng);
       for (double& v : taps) v = small(rng);
     }
     double bd[6], gg[6], prod[6], y[4];
     d::winograd_input_1d(in, bd);
-    d::winograd_weight_1d(taps, gg);
+    // F(4, 3): 3 taps, 4 outputs (forward and input gradient).
+    const double taps3[3] = {taps[0], taps[1], taps[2]};
+    d::winograd_weight_1d(taps3, gg);
     for (int i = 0; i < 6; ++i) prod[i] = bd[i] * gg[i];
     d::winograd_output_1d(prod, y);
     for (int i = 0; i < 4; ++i) {
       const double want = in[i] * taps[0] + in[i + 1] * taps[1] + in[i + 2] * taps[2];
-      ASSERT_NEAR(y[i], want, 1e-12) << "output " << i << " of trial " << trial;
+      ASSERT_NEAR(y[i], want, 1e-12) << "F(4, 3) output " << i << " of trial " << trial;
+      ++checked;
+    }
+    // F(3, 4): 4 "taps" (a dy row), 3 outputs (the weight gradient's taps).
+    double y3[3];
+    d::winograd_grad_1d(taps, gg);
+    for (int i = 0; i < 6; ++i) prod[i] = bd[i] * gg[i];
+    d::winograd_taps_1d(prod, y3);
+    for (int i = 0; i < 3; ++i) {
+      double want = 0;
+      for (int j = 0; j < 4; ++j) want += in[i + j] * taps[j];
+      ASSERT_NEAR(y3[i], want, 1e-12) << "F(3, 4) output " << i << " of trial " << trial;
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 4 * 218);
+  EXPECT_EQ(checked, 7 * 224);
 }
 
 using winograd_test::winograd_error;
@@ -835,11 +849,11 @@ bool same_bits(const ts::Tensor<float>& a, const ts::Tensor<float>& b) {
 // Winograd F(4x4, 3x3) on the CPU (conv/winograd.hpp) against the direct sums of
 // conv_algorithm::gemm: tails of 1 to 3 outputs, no padding, padding 2, asymmetric padding, bias
 // and ReLU, 17 channels, blocks of tiles from several images, several blocks per image and
-// several slices of output channels (60 x 60 images, 40 output channels), on one and two threads;
-// forward and input gradients. Each result must differ from the direct one in its bits (the
-// Winograd path ran) and stay within the transforms' rounding (bound 1e-4 of the magnitude; one
-// changed coefficient gives about 5e-2).
-TEST(ConvWinograd, ForwardAndInputGradientsWithinTheirRounding) {
+// several slices of output channels (60 x 60 images, 40 output channels: several blocks of the
+// weight gradient too), on one and two threads; forward, input and weight gradients. Each result
+// must differ from the direct one in its bits (the Winograd path ran) and stay within the
+// transforms' rounding (bound 1e-4 of the magnitude; one changed coefficient gives about 5e-2).
+TEST(ConvWinograd, EveryPassWithinItsRounding) {
   if (!ts::detail::simd::available<float>)
     GTEST_SKIP() << "the CPU's Winograd needs SIMD vectors (this build is scalar)";
   const conv_case cases[] = {
@@ -865,6 +879,8 @@ TEST(ConvWinograd, ForwardAndInputGradientsWithinTheirRounding) {
     const auto dy = ts::randn<float>(want.shape(), gen);
     const auto dx_want = ts::conv2d_backward_input(dy, w, c.x, c.o);
     const auto dx_magnitude = ts::conv2d_backward_input(ts::abs(dy), ts::abs(w), c.x, c.o);
+    const auto dw_want = ts::conv2d_backward_weight(dy, x, c.w, c.o);
+    const auto dw_magnitude = ts::conv2d_backward_weight(ts::abs(dy), ts::abs(x), c.w, c.o);
     auto relu = c.o;
     relu.relu = true;
     const auto relu_want = ts::conv2d(x, w, bias, relu);
@@ -880,13 +896,16 @@ TEST(ConvWinograd, ForwardAndInputGradientsWithinTheirRounding) {
       const auto dx = ts::conv2d_backward_input(dy, w, c.x, c.o);
       EXPECT_FALSE(same_bits(dx, dx_want)) << what << ": Winograd did not run for dx";
       EXPECT_LE(winograd_error(dx, dx_want, dx_magnitude), bound) << what << " input gradient";
+      const auto dw = ts::conv2d_backward_weight(dy, x, c.w, c.o);
+      EXPECT_FALSE(same_bits(dw, dw_want)) << what << ": Winograd did not run for dw";
+      EXPECT_LE(winograd_error(dw, dw_want, dw_magnitude), bound) << what << " weight gradient";
     }
     ts::set_num_threads(0);
   }
 }
 
-// What Winograd does not take computes as with conv_algorithm::gemm, bit for bit: stride 2, 15
-// channels in or out, two groups, 5x5, dilation 2, double; weight gradients of a layer it takes.
+// What Winograd does not take computes as with conv_algorithm::gemm, bit for bit (forward and
+// weight gradient): stride 2, 15 channels in or out, two groups, 5x5, dilation 2; double.
 TEST(ConvWinograd, LeavesOtherLayersAlone) {
   const ts::Conv2dOptions pad1{.padding = {1, 1}};
   const conv_case cases[] = {
@@ -902,18 +921,18 @@ TEST(ConvWinograd, LeavesOtherLayersAlone) {
     ts::Generator gen(seed++);
     const auto x = ts::randn<float>(c.x, gen), w = ts::randn<float>(c.w, gen);
     const auto want = ts::conv2d(x, w, c.o);
+    const auto dy = ts::randn<float>(want.shape(), gen);
+    const auto dw_want = ts::conv2d_backward_weight(dy, x, c.w, c.o);
     const winograd_scope scope;
     EXPECT_TRUE(same_bits(ts::conv2d(x, w, c.o), want)) << c.name;
+    EXPECT_TRUE(same_bits(ts::conv2d_backward_weight(dy, x, c.w, c.o), dw_want))
+        << c.name << " weight gradient";
   }
   ts::Generator gen(1500);
   const auto x = ts::randn<float>({2, 16, 9, 9}, gen), w = ts::randn<float>({16, 16, 3, 3}, gen);
-  const auto dy = ts::randn<float>({2, 16, 9, 9}, gen);
   const auto xd = x.astype<double>(), wd = w.astype<double>();
-  const auto dw_want = ts::conv2d_backward_weight(dy, x, w.shape(), pad1);
   const auto double_want = ts::conv2d(xd, wd, pad1).to_vector();
   const winograd_scope scope;
-  EXPECT_TRUE(same_bits(ts::conv2d_backward_weight(dy, x, w.shape(), pad1), dw_want))
-      << "weight gradient";
   EXPECT_EQ(ts::conv2d(xd, wd, pad1).to_vector(), double_want) << "double";
 }
 

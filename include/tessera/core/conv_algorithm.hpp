@@ -13,14 +13,15 @@ TESSERA_BEGIN_NAMESPACE
 /// - gemm: each output is the sum of its taps' products in float (implicit GEMM; the default),
 ///   rounded as the matrix products are.
 /// - winograd: 3x3 convolutions of stride 1 and dilation 1, one group, at least 16 channels in
-///   and out, compute the forward pass and the input gradient as Winograd F(4x4, 3x3): tiles of
+///   and out, compute the forward pass and the input gradient as Winograd F(4x4, 3x3) (and on
+///   the CPU the weight gradient as F(3x3, 4x4), the same transforms over dy's tiles): tiles of
 ///   4x4 outputs from 6x6 inputs, 36 products of transformed channels per tile instead of 144
 ///   multiplies (4x fewer), at the cost of rounding in the transforms (outputs off by up to about
 ///   1e-5 of the sums of |x| |w|, against about 1e-7 for gemm). What cuDNN and oneDNN call their
 ///   Winograd algorithms. On the CPU (builds with SIMD vectors) 1.5-2.3x faster than gemm on
 ///   such layers' forward passes (docs/perf/conv.md); on CUDA under matmul_precision::highest
-///   only (under high, tf32 tensor cores are faster still). Weight gradients, other layers and
-///   types compute as with gemm.
+///   only (under high, tf32 tensor cores are faster still), weight gradients as with gemm. Other
+///   layers and types compute as with gemm.
 enum class conv_algorithm { gemm, winograd };
 
 namespace detail {

@@ -7,6 +7,12 @@
 // instead of 144. The transforms are Lavin and Gray's for the points 0, 1, -1, 2, -2 and infinity;
 // their coefficients (up to 8 and 1/24) amplify rounding: float outputs differ from the direct
 // sums by up to about 1e-5 of the sum of |x| |w| (see core/conv_algorithm.hpp).
+//
+// The weight gradient is the same construction with the roles of the filter and the output
+// swapped: over a 4x4 tile of dy and the 6x6 inputs under it, dw's 3x3 taps are the correlation
+// of the inputs with the dy tile, F(3x3, 4x4): the same B^T on the inputs, G' (6 x 4) on the dy
+// tile, A'^T (3 x 6) on the products summed over every tile of the batch. Same points, so the
+// same 36 positions.
 #pragma once
 
 #include "../config.hpp"
@@ -62,6 +68,25 @@ TESSERA_HOST_DEVICE inline void winograd_output_1d(const T (&m)[6], T (&o)[4]) {
   o[3] = m[1] - m[2] + (m[3] - m[4]) * 8 + m[5];
 }
 
+/// G' e for one column or row of 4 output gradients (F(3, 4): they are the "taps").
+template <class T>
+TESSERA_HOST_DEVICE inline void winograd_grad_1d(const T (&e)[4], T (&o)[6]) {
+  o[0] = e[0] / 4;
+  o[1] = -(e[0] + e[1] + e[2] + e[3]) / 6;
+  o[2] = -(e[0] - e[1] + e[2] - e[3]) / 6;
+  o[3] = (e[0] + e[1] * 2 + e[2] * 4 + e[3] * 8) / 24;
+  o[4] = (e[0] - e[1] * 2 + e[2] * 4 - e[3] * 8) / 24;
+  o[5] = e[3];
+}
+
+/// A'^T m for one column or row of 6 summed products: the 3 taps' gradients (F(3, 4)).
+template <class T>
+TESSERA_HOST_DEVICE inline void winograd_taps_1d(const T (&m)[6], T (&o)[3]) {
+  o[0] = m[0] + m[1] + m[2] + m[3] + m[4];
+  o[1] = m[1] - m[2] + (m[3] - m[4]) * 2;
+  o[2] = m[1] + m[2] + (m[3] + m[4]) * 4 + m[5];
+}
+
 /// u = G g G^T for the 3x3 taps g (row-major), u[xi] at position xi.
 template <class T>
 TESSERA_HOST_DEVICE inline void winograd_weight_tile(const T* g, T (&u)[36]) {
@@ -107,6 +132,36 @@ TESSERA_HOST_DEVICE inline void winograd_output_tile(const T (&m)[36], T (&y)[4]
     for (int i = 0; i < 4; ++i) am[i][j] = r[i];
   }
   for (int i = 0; i < 4; ++i) winograd_output_1d(am[i], y[i]);
+}
+
+/// v = G' e G'^T for the 4x4 output gradients e, v[xi] at position xi.
+template <class T>
+TESSERA_HOST_DEVICE inline void winograd_grad_tile(const T (&e)[4][4], T (&v)[36]) {
+  T ge[6][4];  // G' e: the gradients' columns transformed
+  for (int j = 0; j < 4; ++j) {
+    const T col[4] = {e[0][j], e[1][j], e[2][j], e[3][j]};
+    T o[6];
+    winograd_grad_1d(col, o);
+    for (int i = 0; i < 6; ++i) ge[i][j] = o[i];
+  }
+  for (int i = 0; i < 6; ++i) {
+    T o[6];
+    winograd_grad_1d(ge[i], o);
+    for (int j = 0; j < 6; ++j) v[i * 6 + j] = o[j];
+  }
+}
+
+/// w = A'^T m A' for the 36 products m summed over the tiles: the 3x3 taps' gradients.
+template <class T>
+TESSERA_HOST_DEVICE inline void winograd_taps_tile(const T (&m)[36], T (&w)[3][3]) {
+  T am[3][6];  // A'^T m: the products' columns transformed
+  for (int j = 0; j < 6; ++j) {
+    const T col[6] = {m[j], m[6 + j], m[12 + j], m[18 + j], m[24 + j], m[30 + j]};
+    T r[3];
+    winograd_taps_1d(col, r);
+    for (int i = 0; i < 3; ++i) am[i][j] = r[i];
+  }
+  for (int i = 0; i < 3; ++i) winograd_taps_1d(am[i], w[i]);
 }
 
 }  // namespace detail

@@ -409,6 +409,7 @@ void conv_backward_weight_cpu(const conv_backward_weight_problem<TX, TG, Acc>& p
   if (dw_numel == 0) return;
   std::fill(p.dw, p.dw + dw_numel, Acc(0));
   if (g.n == 0 || P == 0) return;
+  if (conv_backward_weight_winograd(p)) return;  // conv_algorithm::winograd: 3x3 stride 1
   const bool direct = std::is_same_v<TG, Acc> && conv_use_direct<Acc>(g);
   const bool pointwise = g.is_pointwise();
   const int64_t units = g.n * g.groups;

@@ -18,10 +18,12 @@ enum class conv_buffer {
   tile,      // im2col / col2im tile, the padded input rows of the direct kernels, or
              // Winograd's transformed input tiles
   weights,   // packed (Winograd: transformed and packed) weights (calling thread)
-  partials,  // weight-gradient partial sums of the other threads (calling thread)
+  partials,  // weight-gradient partial sums of the other threads, or every thread's Winograd
+             // weight-gradient sums (calling thread)
   aux,       // zero-padded output-gradient rows of the direct weight gradient
   lowering,  // zero-padded input rows and tap offsets that conv_lower_tile lowers from
-  products,  // Winograd's per-position products of a block of tiles (conv/winograd.hpp)
+  products,  // Winograd's per-position products of a block of tiles, or its transformed dy
+             // (conv/winograd.hpp)
 };
 template <conv_buffer Role>
 gemm_buffer& thread_conv_buffer() {

@@ -8,6 +8,10 @@
 // computed on the micro-kernel for a slice of output channels at a time (M stays in L2 too), and
 // each slice transformed back into the outputs with the bias and ReLU. Nothing is written to
 // memory but the outputs: V and M live in cache-sized per-thread buffers.
+//
+// The weight gradient (F(3x3, 4x4), conv_backward_weight_winograd) takes blocks of tiles too: the
+// inputs under them and dy's tiles transformed, per position a product summed over the tiles into
+// the thread's own [36][K][C] sums, which are added in thread order and transformed back.
 #pragma once
 
 #include <algorithm>
@@ -56,19 +60,23 @@ struct winograd_cpu_tiles {
   }
 };
 
-/// V[xi][ci][u] = (B^T d B)[xi] for every channel of the block's tiles u < count (x planar),
-/// u running to nt (tiles past count are zeros, which the micro-kernel reads as whole panels).
-/// Vectorized across tiles: each vector's tiles gather their 6x6 inputs into d[i][j][lane] (any
-/// tiles: of one row, of several rows or images alike), then the transform runs on whole vectors.
+/// Where a block's transformed inputs go: position xi, channel ci, tile u at v[xi * xi_stride +
+/// ci * ci_stride + u * u_stride] (forward: [36][C][nt], tiles contiguous; weight gradient:
+/// [36][nt][C'], channels contiguous).
+struct winograd_cpu_layout {
+  int64_t xi_stride, ci_stride, u_stride;
+};
+
+/// (B^T d B)[xi] for every channel of the block's tiles u < count (x planar), stored as `lay`
+/// says. Vectorized across tiles: each vector's tiles gather their 6x6 inputs into
+/// d[i][j][lane] (any tiles: of one row, of several rows or images alike), then the transform
+/// runs on whole vectors.
 template <class V>  // simd::vec<float> (a template: scalar builds never instantiate it)
 void winograd_cpu_input(const conv_geometry& g, const float* x, const winograd_cpu_tiles& at,
-                        int64_t count, int64_t nt, float* v) {
+                        int64_t count, winograd_cpu_layout lay, float* v) {
   constexpr int W = V::width;
   constexpr int64_t X = winograd_positions;
   const int64_t c = g.c, hw = g.h * g.w;
-  for (int64_t xi = 0; xi < X; ++xi)
-    for (int64_t ci = 0; ci < c; ++ci)
-      std::fill(v + (xi * c + ci) * nt + count, v + (xi * c + ci + 1) * nt, 0.0f);
   alignas(64) float d[6][6][W];
   for (int64_t ci = 0; ci < c; ++ci)
     for (int64_t u0 = 0; u0 < count; u0 += W) {
@@ -94,13 +102,13 @@ void winograd_cpu_input(const conv_geometry& g, const float* x, const winograd_c
         for (int j = 0; j < 6; ++j) dv[i][j] = V::load(d[i][j]);
       winograd_input_tile(dv, t);
       for (int64_t xi = 0; xi < X; ++xi) {
-        float* dst = v + (xi * c + ci) * nt + u0;
-        if (n == W) {
+        float* dst = v + xi * lay.xi_stride + ci * lay.ci_stride + u0 * lay.u_stride;
+        if (n == W && lay.u_stride == 1) {
           t[xi].store(dst);
         } else {
           alignas(64) float lanes[W];
           t[xi].store(lanes);
-          std::copy(lanes, lanes + n, dst);
+          for (int64_t l = 0; l < n; ++l) dst[l * lay.u_stride] = lanes[l];
         }
       }
     }
@@ -212,7 +220,10 @@ bool conv_forward_winograd(const conv_forward_problem<TX, TW, Acc>& p) {
           sizeof(float) * static_cast<size_t>(X * kb * nt + V::width)));
       thread_local winograd_cpu_tiles at;
       at.locate(t0, count, th, tw);
-      winograd_cpu_input<V>(g, p.x, at, count, nt, v);
+      // V[xi][ci][u], zeros past count (the micro-kernel reads whole panels of tiles).
+      for (int64_t row = 0; row < X * c; ++row)
+        std::fill(v + row * nt + count, v + (row + 1) * nt, 0.0f);
+      winograd_cpu_input<V>(g, p.x, at, count, {c * nt, nt, 1}, v);
       for (int64_t k0 = 0; k0 < k; k0 += kb) {
         const int64_t kn = std::min(kb, k - k0);
         // M[xi][o - k0][t] = sum over ci of U[xi][o][ci] V[xi][ci][t], k blocks of kc channels.
@@ -235,6 +246,135 @@ bool conv_forward_winograd(const conv_forward_problem<TX, TW, Acc>& p) {
         for (int64_t o = k0; o < k0 + kn; ++o)
           winograd_cpu_output<V>(g, m + (o - k0) * nt, kb * nt, at, count, o,
                                  p.bias ? p.bias[o] : 0.0f, p.relu, p.y);
+      }
+    });
+    return true;
+  }
+}
+
+/// Tiles per work item of the weight gradient: the products' k (their inner dimension).
+inline constexpr int64_t winograd_cpu_grad_tiles = 64;
+
+/// dy's transform for the block's tiles u < count: E[xi][o][u] = (G' e G'^T)[xi] of the 4x4
+/// gradients e of output channel o at tile u (zeros past ho and wo), at e_out[(xi * k + o) * ld +
+/// u]. Vectorized across tiles as winograd_cpu_input.
+template <class V>  // simd::vec<float>, as for winograd_cpu_input
+void winograd_cpu_grad(const conv_geometry& g, const float* dy, const winograd_cpu_tiles& at,
+                       int64_t count, int64_t ld, float* e_out) {
+  constexpr int W = V::width;
+  constexpr int64_t X = winograd_positions;
+  const int64_t P = g.ho * g.wo;
+  alignas(64) float e[4][4][W];
+  for (int64_t o = 0; o < g.k; ++o)
+    for (int64_t u0 = 0; u0 < count; u0 += W) {
+      const int64_t n = std::min<int64_t>(W, count - u0);
+      for (int64_t l = 0; l < W; ++l) {
+        const auto u = static_cast<size_t>(u0 + l);
+        const int64_t oy = l < n ? at.oy[u] : g.ho, ox = l < n ? at.ox[u] : g.wo;
+        const float* plane = dy + ((l < n ? at.img[u] : 0) * g.k + o) * P;
+        for (int i = 0; i < 4; ++i)
+          for (int j = 0; j < 4; ++j)
+            e[i][j][l] = oy + i < g.ho && ox + j < g.wo ? plane[(oy + i) * g.wo + ox + j] : 0.0f;
+      }
+      V ev[4][4], t[36];
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) ev[i][j] = V::load(e[i][j]);
+      winograd_grad_tile(ev, t);
+      for (int64_t xi = 0; xi < X; ++xi) {
+        float* dst = e_out + (xi * g.k + o) * ld + u0;
+        if (n == W) {
+          t[xi].store(dst);
+        } else {
+          alignas(64) float lanes[W];
+          t[xi].store(lanes);
+          std::copy(lanes, lanes + n, dst);
+        }
+      }
+    }
+}
+
+/// The weight gradient of p as Winograd F(3x3, 4x4) (see detail/winograd.hpp), returning true, or
+/// false having done nothing (the same conditions as conv_forward_winograd, and per-thread sums
+/// beyond 256 MiB together). Blocks of winograd_cpu_grad_tiles tiles of the batch: the inputs
+/// under them transformed to V' [36][nt][C'] (channels contiguous, C' a multiple of the
+/// micro-tile width), dy to E [36][K][nt]; per position, DW[xi] [K][C] += E[xi] V'[xi] on the
+/// micro-kernel, into the thread's own sums. The threads' sums are added in thread order and
+/// transformed back (A'^T DW A'). dw is overwritten.
+template <class TX, class TG, class Acc>
+bool conv_backward_weight_winograd(const conv_backward_weight_problem<TX, TG, Acc>& p) {
+  if constexpr (!std::is_same_v<TX, float> || !std::is_same_v<TG, float> ||
+                !std::is_same_v<Acc, float> || !simd::available<float>) {
+    (void)p;
+    return false;
+  } else {
+    using V = simd::vec<TX>;  // float (dependent: scalar builds never look inside)
+    constexpr int W = V::width, MR = gemm_tile<float>::mr, NR = gemm_tile<float>::nr;
+    constexpr int64_t X = winograd_positions;
+    const conv_geometry& g = p.g;
+    if (get_float32_conv_algorithm() != conv_algorithm::winograd || !winograd_layer(g))
+      return false;
+    const int64_t c = g.c, k = g.k, c_pad = (c + NR - 1) / NR * NR, k_pad = (k + MR - 1) / MR * MR;
+    const int threads = get_num_threads();
+    const int64_t sums = X * k * c;  // one thread's DW
+    if (threads * sums * int64_t{sizeof(float)} > (int64_t{256} << 20)) return false;
+    const int64_t th = (g.ho + 3) / 4, tw = (g.wo + 3) / 4, tiles = g.n * th * tw;
+    const int64_t nt = std::min(winograd_cpu_grad_tiles, tiles), blocks = (tiles + nt - 1) / nt;
+    float* acc = static_cast<float*>(thread_conv_buffer<conv_buffer::partials>().get(
+        sizeof(float) * static_cast<size_t>(threads * sums)));
+    std::fill(acc, acc + threads * sums, 0.0f);
+    const int64_t kc = cached_gemm_blocks<float>().kc;
+    conv_parallel_items(blocks, X * k * c * nt, threads, [&](int64_t block, int t) {
+      const int64_t t0 = block * nt, count = std::min(nt, tiles - t0);
+      float* vt = static_cast<float*>(thread_conv_buffer<conv_buffer::tile>().get(
+          sizeof(float) * static_cast<size_t>(X * nt * c_pad)));
+      float* e = static_cast<float*>(thread_conv_buffer<conv_buffer::products>().get(
+          sizeof(float) * static_cast<size_t>(X * k * nt + k_pad * nt)));
+      float* a = e + X * k * nt;  // one position's E packed as the micro-kernel's A panels
+      thread_local winograd_cpu_tiles at;
+      at.locate(t0, count, th, tw);
+      if (c_pad > c)  // the micro-kernel reads whole panels of NR channels
+        for (int64_t row = 0; row < X * count; ++row)
+          std::fill(vt + row * c_pad + c, vt + (row + 1) * c_pad, 0.0f);
+      winograd_cpu_input<V>(g, p.x, at, count, {nt * c_pad, 1, c_pad}, vt);
+      winograd_cpu_grad<V>(g, p.dy, at, count, nt, e);
+      float* dw_t = acc + t * sums;
+      gemm_epilogue<float> ep;
+      ep.beta = 1.0f;
+      ep.read_c = true;
+      for (int64_t xi = 0; xi < X; ++xi) {
+        pack_panels<MR>(e + xi * k * nt, nt, 1, k, count, a);
+        for (int64_t pc = 0; pc < count; pc += kc) {
+          const int64_t kcb = std::min(kc, count - pc);
+          for (int64_t j0 = 0; j0 < c; j0 += NR)
+            for (int64_t i0 = 0; i0 < k; i0 += MR)
+              gemm_micro_fp<float, MR>(kcb, a + i0 * count + pc * MR,
+                                       vt + (xi * nt + pc) * c_pad + j0, c_pad,
+                                       dw_t + (xi * k + i0) * c + j0, c, 1,
+                                       static_cast<int>(std::min<int64_t>(MR, k - i0)),
+                                       static_cast<int>(std::min<int64_t>(NR, c - j0)), ep, i0, j0);
+        }
+      }
+    });
+    // dw[o][ci] = A'^T (sum over threads of DW[.][o][ci]) A', vectors of input channels.
+    conv_parallel_items(k, X * c * threads, threads, [&](int64_t o, int) {
+      for (int64_t ci0 = 0; ci0 < c; ci0 += W) {
+        const int64_t n = std::min<int64_t>(W, c - ci0);
+        alignas(64) float lanes[W] = {};
+        V m[36], r[3][3];
+        for (int64_t xi = 0; xi < X; ++xi) {
+          for (int64_t l = 0; l < n; ++l) {
+            float sum = 0.0f;
+            for (int tt = 0; tt < threads; ++tt) sum += acc[tt * sums + (xi * k + o) * c + ci0 + l];
+            lanes[l] = sum;
+          }
+          m[xi] = V::load(lanes);
+        }
+        winograd_taps_tile(m, r);
+        for (int i = 0; i < 3; ++i)
+          for (int j = 0; j < 3; ++j) {
+            r[i][j].store(lanes);
+            for (int64_t l = 0; l < n; ++l) p.dw[((o * c + ci0 + l) * 3 + i) * 3 + j] = lanes[l];
+          }
       }
     });
     return true;
