@@ -78,23 +78,34 @@ void winograd_cpu_input(const conv_geometry& g, const float* x, const winograd_c
   constexpr int64_t X = winograd_positions;
   const int64_t c = g.c, hw = g.h * g.w;
   alignas(64) float d[6][6][W];
-  for (int64_t ci = 0; ci < c; ++ci)
-    for (int64_t u0 = 0; u0 < count; u0 += W) {
-      const int64_t n = std::min<int64_t>(W, count - u0);
+  for (int64_t u0 = 0; u0 < count; u0 += W) {
+    const int64_t n = std::min<int64_t>(W, count - u0);
+    // Per lane, found once for every channel: the 6x6 window's first element (channel 0) and
+    // the rows and columns of it inside the image (empty for lanes past n).
+    int64_t base[W];
+    int rows0[W], rows1[W], cols0[W], cols1[W];
+    bool inside[W];
+    for (int64_t l = 0; l < W; ++l) {
+      const auto u = static_cast<size_t>(u0 + l);
+      const int64_t y0 = l < n ? at.oy[u] - g.pad_top : 0, x0 = l < n ? at.ox[u] - g.pad_left : 0;
+      base[l] = (l < n ? at.img[u] : 0) * c * hw + y0 * g.w + x0;  // may be negative
+      rows0[l] = static_cast<int>(std::clamp<int64_t>(-y0, 0, 6));
+      rows1[l] = l < n ? static_cast<int>(std::clamp<int64_t>(g.h - y0, 0, 6)) : 0;
+      cols0[l] = static_cast<int>(std::clamp<int64_t>(-x0, 0, 6));
+      cols1[l] = static_cast<int>(std::clamp<int64_t>(g.w - x0, 0, 6));
+      inside[l] = rows0[l] == 0 && rows1[l] == 6 && cols0[l] == 0 && cols1[l] == 6;
+    }
+    for (int64_t ci = 0; ci < c; ++ci) {
       for (int64_t l = 0; l < W; ++l) {
-        const auto u = static_cast<size_t>(u0 + l);
-        const int64_t y0 = l < n ? at.oy[u] - g.pad_top : -8,
-                      x0 = l < n ? at.ox[u] - g.pad_left : 0;
-        const float* plane = x + ((l < n ? at.img[u] : 0) * c + ci) * hw;
-        if (y0 >= 0 && y0 + 6 <= g.h && x0 >= 0 && x0 + 6 <= g.w) {  // inside: no checks
+        const int64_t at_ci = base[l] + ci * hw;  // element (i, j) at x[at_ci + i * w + j]
+        if (inside[l]) {
           for (int i = 0; i < 6; ++i)
-            for (int j = 0; j < 6; ++j) d[i][j][l] = plane[(y0 + i) * g.w + x0 + j];
+            for (int j = 0; j < 6; ++j) d[i][j][l] = x[at_ci + i * g.w + j];
         } else {
           for (int i = 0; i < 6; ++i)
-            for (int j = 0; j < 6; ++j) {
-              const int64_t iy = y0 + i, ix = x0 + j;
-              d[i][j][l] = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w ? plane[iy * g.w + ix] : 0.0f;
-            }
+            for (int j = 0; j < 6; ++j) d[i][j][l] = 0.0f;
+          for (int i = rows0[l]; i < rows1[l]; ++i)
+            for (int j = cols0[l]; j < cols1[l]; ++j) d[i][j][l] = x[at_ci + i * g.w + j];
         }
       }
       V dv[6][6], t[36];
@@ -112,6 +123,7 @@ void winograd_cpu_input(const conv_geometry& g, const float* x, const winograd_c
         }
       }
     }
+  }
 }
 
 /// The outputs of channel o for the block's tiles u < count: A^T m A of the products m[xi * ld +
@@ -265,16 +277,30 @@ void winograd_cpu_grad(const conv_geometry& g, const float* dy, const winograd_c
   constexpr int64_t X = winograd_positions;
   const int64_t P = g.ho * g.wo;
   alignas(64) float e[4][4][W];
-  for (int64_t o = 0; o < g.k; ++o)
-    for (int64_t u0 = 0; u0 < count; u0 += W) {
-      const int64_t n = std::min<int64_t>(W, count - u0);
+  for (int64_t u0 = 0; u0 < count; u0 += W) {
+    const int64_t n = std::min<int64_t>(W, count - u0);
+    // Per lane, found once for every channel: the tile's first gradient (channel 0) and its rows
+    // and columns inside ho x wo (none for lanes past n).
+    int64_t base[W];
+    int rows[W], cols[W];
+    for (int64_t l = 0; l < W; ++l) {
+      const auto u = static_cast<size_t>(u0 + l);
+      const int64_t oy = l < n ? at.oy[u] : 0, ox = l < n ? at.ox[u] : 0;
+      base[l] = (l < n ? at.img[u] : 0) * g.k * P + oy * g.wo + ox;
+      rows[l] = l < n ? static_cast<int>(std::min<int64_t>(4, g.ho - oy)) : 0;
+      cols[l] = static_cast<int>(std::min<int64_t>(4, g.wo - ox));
+    }
+    for (int64_t o = 0; o < g.k; ++o) {
       for (int64_t l = 0; l < W; ++l) {
-        const auto u = static_cast<size_t>(u0 + l);
-        const int64_t oy = l < n ? at.oy[u] : g.ho, ox = l < n ? at.ox[u] : g.wo;
-        const float* plane = dy + ((l < n ? at.img[u] : 0) * g.k + o) * P;
-        for (int i = 0; i < 4; ++i)
-          for (int j = 0; j < 4; ++j)
-            e[i][j][l] = oy + i < g.ho && ox + j < g.wo ? plane[(oy + i) * g.wo + ox + j] : 0.0f;
+        const int64_t at_o = base[l] + o * P;  // gradient (i, j) at dy[at_o + i * wo + j]
+        if (rows[l] == 4 && cols[l] == 4) {
+          for (int i = 0; i < 4; ++i)
+            for (int j = 0; j < 4; ++j) e[i][j][l] = dy[at_o + i * g.wo + j];
+        } else {
+          for (int i = 0; i < 4; ++i)
+            for (int j = 0; j < 4; ++j)
+              e[i][j][l] = i < rows[l] && j < cols[l] ? dy[at_o + i * g.wo + j] : 0.0f;
+        }
       }
       V ev[4][4], t[36];
       for (int i = 0; i < 4; ++i)
@@ -291,6 +317,7 @@ void winograd_cpu_grad(const conv_geometry& g, const float* dy, const winograd_c
         }
       }
     }
+  }
 }
 
 /// The weight gradient of p as Winograd F(3x3, 4x4) (see detail/winograd.hpp), returning true, or
@@ -362,12 +389,18 @@ bool conv_backward_weight_winograd(const conv_backward_weight_problem<TX, TG, Ac
         alignas(64) float lanes[W] = {};
         V m[36], r[3][3];
         for (int64_t xi = 0; xi < X; ++xi) {
-          for (int64_t l = 0; l < n; ++l) {
-            float sum = 0.0f;
-            for (int tt = 0; tt < threads; ++tt) sum += acc[tt * sums + (xi * k + o) * c + ci0 + l];
-            lanes[l] = sum;
+          const float* at_xi = acc + (xi * k + o) * c + ci0;
+          if (n == W) {
+            m[xi] = V::load(at_xi);
+            for (int tt = 1; tt < threads; ++tt) m[xi] = m[xi] + V::load(at_xi + tt * sums);
+          } else {
+            for (int64_t l = 0; l < n; ++l) {
+              float sum = 0.0f;
+              for (int tt = 0; tt < threads; ++tt) sum += at_xi[tt * sums + l];
+              lanes[l] = sum;
+            }
+            m[xi] = V::load(lanes);
           }
-          m[xi] = V::load(lanes);
         }
         winograd_taps_tile(m, r);
         for (int i = 0; i < 3; ++i)
