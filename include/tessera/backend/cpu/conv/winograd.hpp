@@ -46,16 +46,32 @@ inline winograd_cpu_blocks winograd_cpu_blocking(int64_t c, int64_t k, int64_t t
   return {nt, kb};
 }
 
-/// Where the block's tiles lie: tile u of the block (tile t0 + u of the batch, images of th x tw
-/// tiles in raster order) is image img[u], top-left output (oy[u], ox[u]).
+/// Where the block's tiles lie, found once per block for every channel: tile u of the block (tile
+/// t0 + u of the batch, images of th x tw tiles in raster order; top-left output (oy, ox)) has
+/// its 6x6 input window start at element in_at[u] of channel 0 of the batch (may
+/// be negative: only the rows in_r0 .. in_r1 - 1 and columns in_c0 .. in_c1 - 1 of the window lie
+/// in the image); its 4x4 outputs start at element out_at[u] of channel 0, out_rows x out_cols of
+/// them inside ho x wo. Entries run to count rounded up to `lanes`; those past count are empty.
 struct winograd_cpu_tiles {
-  std::vector<int64_t> img, oy, ox;
-  void locate(int64_t t0, int64_t count, int64_t th, int64_t tw) {
-    img.resize(static_cast<size_t>(count)), oy.resize(img.size()), ox.resize(img.size());
+  std::vector<int64_t> in_at, out_at;
+  std::vector<int8_t> in_r0, in_r1, in_c0, in_c1, out_rows, out_cols;
+  void locate(const conv_geometry& g, int64_t t0, int64_t count, int64_t th, int64_t tw,
+              int lanes) {
+    const auto size = static_cast<size_t>((count + lanes - 1) / lanes * lanes);
+    for (auto* v : {&in_at, &out_at}) v->assign(size, 0);
+    for (auto* v : {&in_r0, &in_r1, &in_c0, &in_c1, &out_rows, &out_cols}) v->assign(size, 0);
+    const auto clamp6 = [](int64_t v) { return static_cast<int8_t>(std::clamp<int64_t>(v, 0, 6)); };
     for (int64_t u = 0; u < count; ++u) {
       const int64_t t = t0 + u;
       const auto i = static_cast<size_t>(u);
-      img[i] = t / (th * tw), oy[i] = t / tw % th * 4, ox[i] = t % tw * 4;
+      const int64_t img = t / (th * tw), oy = t / tw % th * 4, ox = t % tw * 4;
+      const int64_t y0 = oy - g.pad_top, x0 = ox - g.pad_left;
+      in_at[i] = img * g.c * g.h * g.w + y0 * g.w + x0;
+      in_r0[i] = clamp6(-y0), in_r1[i] = clamp6(g.h - y0);
+      in_c0[i] = clamp6(-x0), in_c1[i] = clamp6(g.w - x0);
+      out_at[i] = img * g.k * g.ho * g.wo + oy * g.wo + ox;
+      out_rows[i] = static_cast<int8_t>(std::min<int64_t>(4, g.ho - oy));
+      out_cols[i] = static_cast<int8_t>(std::min<int64_t>(4, g.wo - ox));
     }
   }
 };
@@ -78,34 +94,20 @@ void winograd_cpu_input(const conv_geometry& g, const float* x, const winograd_c
   constexpr int64_t X = winograd_positions;
   const int64_t c = g.c, hw = g.h * g.w;
   alignas(64) float d[6][6][W];
-  for (int64_t u0 = 0; u0 < count; u0 += W) {
-    const int64_t n = std::min<int64_t>(W, count - u0);
-    // Per lane, found once for every channel: the 6x6 window's first element (channel 0) and
-    // the rows and columns of it inside the image (empty for lanes past n).
-    int64_t base[W];
-    int rows0[W], rows1[W], cols0[W], cols1[W];
-    bool inside[W];
-    for (int64_t l = 0; l < W; ++l) {
-      const auto u = static_cast<size_t>(u0 + l);
-      const int64_t y0 = l < n ? at.oy[u] - g.pad_top : 0, x0 = l < n ? at.ox[u] - g.pad_left : 0;
-      base[l] = (l < n ? at.img[u] : 0) * c * hw + y0 * g.w + x0;  // may be negative
-      rows0[l] = static_cast<int>(std::clamp<int64_t>(-y0, 0, 6));
-      rows1[l] = l < n ? static_cast<int>(std::clamp<int64_t>(g.h - y0, 0, 6)) : 0;
-      cols0[l] = static_cast<int>(std::clamp<int64_t>(-x0, 0, 6));
-      cols1[l] = static_cast<int>(std::clamp<int64_t>(g.w - x0, 0, 6));
-      inside[l] = rows0[l] == 0 && rows1[l] == 6 && cols0[l] == 0 && cols1[l] == 6;
-    }
-    for (int64_t ci = 0; ci < c; ++ci) {
+  for (int64_t ci = 0; ci < c; ++ci)
+    for (int64_t u0 = 0; u0 < count; u0 += W) {
+      const int64_t n = std::min<int64_t>(W, count - u0);
       for (int64_t l = 0; l < W; ++l) {
-        const int64_t at_ci = base[l] + ci * hw;  // element (i, j) at x[at_ci + i * w + j]
-        if (inside[l]) {
+        const auto u = static_cast<size_t>(u0 + l);
+        const int64_t from = at.in_at[u] + ci * hw;  // window element (i, j): x[from + i w + j]
+        if (at.in_r0[u] == 0 && at.in_r1[u] == 6 && at.in_c0[u] == 0 && at.in_c1[u] == 6) {
           for (int i = 0; i < 6; ++i)
-            for (int j = 0; j < 6; ++j) d[i][j][l] = x[at_ci + i * g.w + j];
-        } else {
+            for (int j = 0; j < 6; ++j) d[i][j][l] = x[from + i * g.w + j];
+        } else {  // a border tile, or a lane past count (an empty window)
           for (int i = 0; i < 6; ++i)
             for (int j = 0; j < 6; ++j) d[i][j][l] = 0.0f;
-          for (int i = rows0[l]; i < rows1[l]; ++i)
-            for (int j = cols0[l]; j < cols1[l]; ++j) d[i][j][l] = x[at_ci + i * g.w + j];
+          for (int i = at.in_r0[u]; i < at.in_r1[u]; ++i)
+            for (int j = at.in_c0[u]; j < at.in_c1[u]; ++j) d[i][j][l] = x[from + i * g.w + j];
         }
       }
       V dv[6][6], t[36];
@@ -123,7 +125,6 @@ void winograd_cpu_input(const conv_geometry& g, const float* x, const winograd_c
         }
       }
     }
-  }
 }
 
 /// The outputs of channel o for the block's tiles u < count: A^T m A of the products m[xi * ld +
@@ -148,12 +149,9 @@ void winograd_cpu_output(const conv_geometry& g, const float* m, int64_t ld,
     const int64_t n = std::min<int64_t>(W, count - u0);
     for (int64_t l = 0; l < n; ++l) {
       const auto u = static_cast<size_t>(u0 + l);
-      const int64_t oy = at.oy[u], ox = at.ox[u];
-      float* plane = y + (at.img[u] * g.k + o) * g.ho * g.wo;
-      const int rows = static_cast<int>(std::min<int64_t>(4, g.ho - oy));
-      const int cols = static_cast<int>(std::min<int64_t>(4, g.wo - ox));
-      for (int i = 0; i < rows; ++i)
-        for (int j = 0; j < cols; ++j) plane[(oy + i) * g.wo + ox + j] = r[i][j][l];
+      float* out = y + at.out_at[u] + o * g.ho * g.wo;  // output (i, j) at out[i * wo + j]
+      for (int i = 0; i < at.out_rows[u]; ++i)
+        for (int j = 0; j < at.out_cols[u]; ++j) out[i * g.wo + j] = r[i][j][l];
     }
   }
 }
@@ -231,7 +229,7 @@ bool conv_forward_winograd(const conv_forward_problem<TX, TW, Acc>& p) {
       float* m = static_cast<float*>(thread_conv_buffer<conv_buffer::products>().get(
           sizeof(float) * static_cast<size_t>(X * kb * nt + V::width)));
       thread_local winograd_cpu_tiles at;
-      at.locate(t0, count, th, tw);
+      at.locate(g, t0, count, th, tw, V::width);
       // V[xi][ci][u], zeros past count (the micro-kernel reads whole panels of tiles).
       for (int64_t row = 0; row < X * c; ++row)
         std::fill(v + row * nt + count, v + (row + 1) * nt, 0.0f);
@@ -277,29 +275,20 @@ void winograd_cpu_grad(const conv_geometry& g, const float* dy, const winograd_c
   constexpr int64_t X = winograd_positions;
   const int64_t P = g.ho * g.wo;
   alignas(64) float e[4][4][W];
-  for (int64_t u0 = 0; u0 < count; u0 += W) {
-    const int64_t n = std::min<int64_t>(W, count - u0);
-    // Per lane, found once for every channel: the tile's first gradient (channel 0) and its rows
-    // and columns inside ho x wo (none for lanes past n).
-    int64_t base[W];
-    int rows[W], cols[W];
-    for (int64_t l = 0; l < W; ++l) {
-      const auto u = static_cast<size_t>(u0 + l);
-      const int64_t oy = l < n ? at.oy[u] : 0, ox = l < n ? at.ox[u] : 0;
-      base[l] = (l < n ? at.img[u] : 0) * g.k * P + oy * g.wo + ox;
-      rows[l] = l < n ? static_cast<int>(std::min<int64_t>(4, g.ho - oy)) : 0;
-      cols[l] = static_cast<int>(std::min<int64_t>(4, g.wo - ox));
-    }
-    for (int64_t o = 0; o < g.k; ++o) {
+  for (int64_t o = 0; o < g.k; ++o)
+    for (int64_t u0 = 0; u0 < count; u0 += W) {
+      const int64_t n = std::min<int64_t>(W, count - u0);
       for (int64_t l = 0; l < W; ++l) {
-        const int64_t at_o = base[l] + o * P;  // gradient (i, j) at dy[at_o + i * wo + j]
-        if (rows[l] == 4 && cols[l] == 4) {
+        const auto u = static_cast<size_t>(u0 + l);
+        const int64_t from = at.out_at[u] + o * P;  // gradient (i, j) at dy[from + i wo + j]
+        const int rows = at.out_rows[u], cols = at.out_cols[u];
+        if (rows == 4 && cols == 4) {
           for (int i = 0; i < 4; ++i)
-            for (int j = 0; j < 4; ++j) e[i][j][l] = dy[at_o + i * g.wo + j];
+            for (int j = 0; j < 4; ++j) e[i][j][l] = dy[from + i * g.wo + j];
         } else {
           for (int i = 0; i < 4; ++i)
             for (int j = 0; j < 4; ++j)
-              e[i][j][l] = i < rows[l] && j < cols[l] ? dy[at_o + i * g.wo + j] : 0.0f;
+              e[i][j][l] = i < rows && j < cols ? dy[from + i * g.wo + j] : 0.0f;
         }
       }
       V ev[4][4], t[36];
@@ -317,7 +306,6 @@ void winograd_cpu_grad(const conv_geometry& g, const float* dy, const winograd_c
         }
       }
     }
-  }
 }
 
 /// The weight gradient of p as Winograd F(3x3, 4x4) (see detail/winograd.hpp), returning true, or
@@ -358,7 +346,7 @@ bool conv_backward_weight_winograd(const conv_backward_weight_problem<TX, TG, Ac
           sizeof(float) * static_cast<size_t>(X * k * nt + k_pad * nt)));
       float* a = e + X * k * nt;  // one position's E packed as the micro-kernel's A panels
       thread_local winograd_cpu_tiles at;
-      at.locate(t0, count, th, tw);
+      at.locate(g, t0, count, th, tw, V::width);
       if (c_pad > c)  // the micro-kernel reads whole panels of NR channels
         for (int64_t row = 0; row < X * count; ++row)
           std::fill(vt + row * c_pad + c, vt + (row + 1) * c_pad, 0.0f);
