@@ -18,8 +18,8 @@ TESSERA_BEGIN_NAMESPACE
 ///   4x4 outputs from 6x6 inputs, 36 products of transformed channels per tile instead of 144
 ///   multiplies (4x fewer), at the cost of rounding in the transforms (outputs off by up to about
 ///   1e-5 of the sums of |x| |w|, against about 1e-7 for gemm). What cuDNN and oneDNN call their
-///   Winograd algorithms. On the CPU (builds with SIMD vectors) 1.5-2.3x faster than gemm on
-///   such layers' forward passes (docs/perf/conv.md); on CUDA under matmul_precision::highest
+///   Winograd algorithms. On the CPU (builds with SIMD vectors) 1.5-2.2x faster than gemm on
+///   such layers' forward passes, 1.3-2.3x on forward + backward (docs/perf/conv.md); on CUDA under matmul_precision::highest
 ///   only (under high, tf32 tensor cores are faster still), weight gradients as with gemm. Other
 ///   layers and types compute as with gemm.
 enum class conv_algorithm { gemm, winograd };
