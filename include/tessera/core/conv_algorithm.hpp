@@ -19,9 +19,9 @@ TESSERA_BEGIN_NAMESPACE
 ///   multiplies (4x fewer), at the cost of rounding in the transforms (outputs off by up to about
 ///   1e-5 of the sums of |x| |w|, against about 1e-7 for gemm). What cuDNN and oneDNN call their
 ///   Winograd algorithms. On the CPU (builds with SIMD vectors) 1.5-2.2x faster than gemm on
-///   such layers' forward passes, 1.3-2.3x on forward + backward (docs/perf/conv.md); on CUDA under matmul_precision::highest
-///   only (under high, tf32 tensor cores are faster still), weight gradients as with gemm. Other
-///   layers and types compute as with gemm.
+///   such layers' forward passes, 1.3-2.3x on forward + backward (docs/perf/conv.md); on CUDA
+///   under matmul_precision::highest only (under high, tf32 tensor cores are faster still),
+///   weight gradients as with gemm. Other layers and types compute as with gemm.
 enum class conv_algorithm { gemm, winograd };
 
 namespace detail {
