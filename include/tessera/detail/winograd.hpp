@@ -16,6 +16,7 @@
 #pragma once
 
 #include "../config.hpp"
+#include "../core/conv_algorithm.hpp"
 #include "conv_problem.hpp"
 
 TESSERA_BEGIN_NAMESPACE
@@ -31,6 +32,12 @@ inline constexpr int winograd_positions = 36;
 inline bool winograd_layer(const conv_geometry& g) {
   return g.r == 3 && g.s == 3 && g.stride_h == 1 && g.stride_w == 1 && g.dil_h == 1 &&
          g.dil_w == 1 && g.groups == 1 && g.c >= 16 && g.k >= 16;
+}
+
+/// Whether the user chose conv_algorithm::winograd and g is a layer it takes: what every
+/// backend's Winograd path checks first (each adds its own conditions: types, precision).
+inline bool winograd_chosen(const conv_geometry& g) {
+  return get_float32_conv_algorithm() == conv_algorithm::winograd && winograd_layer(g);
 }
 
 // The 1-D transforms are written with integer constants on the right of each product, so that

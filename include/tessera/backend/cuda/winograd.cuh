@@ -18,7 +18,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "../../core/conv_algorithm.hpp"
 #include "../../core/matmul_precision.hpp"
 #include "../../detail/conv_problem.hpp"
 #include "../../detail/gemm_problem.hpp"
@@ -124,8 +123,7 @@ bool cuda_winograd_forward(const conv_forward_problem<TX, TW, Acc>& p) {
     return false;
   } else {
     const conv_geometry& g = p.g;
-    if (get_float32_conv_algorithm() != conv_algorithm::winograd ||
-        get_float32_matmul_precision() != matmul_precision::highest || !winograd_layer(g) ||
+    if (!winograd_chosen(g) || get_float32_matmul_precision() != matmul_precision::highest ||
         !cuda_winograd_choice().enabled.load(std::memory_order_relaxed))
       return false;
     constexpr int64_t X = winograd_positions;

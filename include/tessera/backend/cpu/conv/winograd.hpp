@@ -2,12 +2,12 @@
 // on the CPU (conv_algorithm::winograd; the tile transforms in detail/winograd.hpp).
 //
 // The weights are transformed once per call into U[xi] = (G w G^T)[xi] ([k][c] per position xi),
-// stored directly as the GEMM micro-kernel's packed A panels. The output tiles (4x4 outputs each)
-// are then taken in blocks, one work item per block of one image: its input tiles transformed
-// into V[xi] ([c][nt], a thread buffer of about half of L2), the 36 products M[xi] = U[xi] V[xi]
-// computed on the micro-kernel for a slice of output channels at a time (M stays in L2 too), and
-// each slice transformed back into the outputs with the bias and ReLU. Nothing is written to
-// memory but the outputs: V and M live in cache-sized per-thread buffers.
+// stored directly as the GEMM micro-kernel's packed A panels. The output tiles (4x4 outputs each,
+// numbered over the whole batch) are then taken in blocks, one work item per block: its input
+// tiles transformed into V[xi] ([c][nt], a thread buffer of about half of L2), the 36 products
+// M[xi] = U[xi] V[xi] computed on the micro-kernel for a slice of output channels at a time (M
+// stays in L2 too), and each slice transformed back into the outputs with the bias and ReLU.
+// Nothing is written to memory but the outputs: V and M live in cache-sized per-thread buffers.
 //
 // The weight gradient (F(3x3, 4x4), conv_backward_weight_winograd) takes blocks of tiles too: the
 // inputs under them and dy's tiles transformed, per position a product summed over the tiles into
@@ -19,7 +19,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "../../../core/conv_algorithm.hpp"
 #include "../../../detail/conv_problem.hpp"
 #include "../../../detail/winograd.hpp"
 #include "../gemm.hpp"
@@ -76,6 +75,19 @@ struct winograd_cpu_tiles {
   }
 };
 
+/// Stores the first n lanes of v at dst, dst + stride, ...: one vector store when they are all
+/// lanes and contiguous, else lane by lane.
+template <class V>
+void winograd_cpu_store(V v, float* dst, int64_t n, int64_t stride) {
+  if (n == V::width && stride == 1) {
+    v.store(dst);
+  } else {
+    alignas(64) float lanes[V::width];
+    v.store(lanes);
+    for (int64_t l = 0; l < n; ++l) dst[l * stride] = lanes[l];
+  }
+}
+
 /// Where a block's transformed inputs go: position xi, channel ci, tile u at v[xi * xi_stride +
 /// ci * ci_stride + u * u_stride] (forward: [36][C][nt], tiles contiguous; weight gradient:
 /// [36][nt][C'], channels contiguous).
@@ -114,16 +126,9 @@ void winograd_cpu_input(const conv_geometry& g, const float* x, const winograd_c
       for (int i = 0; i < 6; ++i)
         for (int j = 0; j < 6; ++j) dv[i][j] = V::load(d[i][j]);
       winograd_input_tile(dv, t);
-      for (int64_t xi = 0; xi < X; ++xi) {
-        float* dst = v + xi * lay.xi_stride + ci * lay.ci_stride + u0 * lay.u_stride;
-        if (n == W && lay.u_stride == 1) {
-          t[xi].store(dst);
-        } else {
-          alignas(64) float lanes[W];
-          t[xi].store(lanes);
-          for (int64_t l = 0; l < n; ++l) dst[l * lay.u_stride] = lanes[l];
-        }
-      }
+      for (int64_t xi = 0; xi < X; ++xi)
+        winograd_cpu_store(t[xi], v + xi * lay.xi_stride + ci * lay.ci_stride + u0 * lay.u_stride,
+                           n, lay.u_stride);
     }
 }
 
@@ -180,12 +185,9 @@ void winograd_cpu_weights(const float* w, int64_t k, int64_t c, int64_t panel, i
       V g[9], t[36];
       for (int q = 0; q < 9; ++q) g[q] = V::load(&taps[static_cast<size_t>(q * (c + W) + ci0)]);
       winograd_weight_tile(g, t);
-      alignas(64) float lanes[W];
       const int64_t n = std::min<int64_t>(W, c - ci0);
-      for (int64_t xi = 0; xi < X; ++xi) {
-        t[xi].store(lanes);
-        for (int64_t l = 0; l < n; ++l) dst[xi * k_pad * c + (ci0 + l) * MR] = lanes[l];
-      }
+      for (int64_t xi = 0; xi < X; ++xi)
+        winograd_cpu_store(t[xi], dst + xi * k_pad * c + ci0 * MR, n, MR);
     }
   }
 }
@@ -201,8 +203,7 @@ bool conv_forward_winograd(const conv_forward_problem<TX, TW, Acc>& p) {
     return false;
   } else {
     const conv_geometry& g = p.g;
-    if (get_float32_conv_algorithm() != conv_algorithm::winograd || !winograd_layer(g))
-      return false;
+    if (!winograd_chosen(g)) return false;
     using V = simd::vec<TX>;  // float (dependent: scalar builds never look inside)
     constexpr int MR = gemm_tile<float>::mr, NR = gemm_tile<float>::nr;
     constexpr int64_t X = winograd_positions;
@@ -295,16 +296,8 @@ void winograd_cpu_grad(const conv_geometry& g, const float* dy, const winograd_c
       for (int i = 0; i < 4; ++i)
         for (int j = 0; j < 4; ++j) ev[i][j] = V::load(e[i][j]);
       winograd_grad_tile(ev, t);
-      for (int64_t xi = 0; xi < X; ++xi) {
-        float* dst = e_out + (xi * g.k + o) * ld + u0;
-        if (n == W) {
-          t[xi].store(dst);
-        } else {
-          alignas(64) float lanes[W];
-          t[xi].store(lanes);
-          std::copy(lanes, lanes + n, dst);
-        }
-      }
+      for (int64_t xi = 0; xi < X; ++xi)
+        winograd_cpu_store(t[xi], e_out + (xi * g.k + o) * ld + u0, n, 1);
     }
 }
 
@@ -326,14 +319,14 @@ bool conv_backward_weight_winograd(const conv_backward_weight_problem<TX, TG, Ac
     constexpr int W = V::width, MR = gemm_tile<float>::mr, NR = gemm_tile<float>::nr;
     constexpr int64_t X = winograd_positions;
     const conv_geometry& g = p.g;
-    if (get_float32_conv_algorithm() != conv_algorithm::winograd || !winograd_layer(g))
-      return false;
+    if (!winograd_chosen(g)) return false;
     const int64_t c = g.c, k = g.k, c_pad = (c + NR - 1) / NR * NR, k_pad = (k + MR - 1) / MR * MR;
-    const int threads = get_num_threads();
-    const int64_t sums = X * k * c;  // one thread's DW
-    if (threads * sums * int64_t{sizeof(float)} > (int64_t{256} << 20)) return false;
     const int64_t th = (g.ho + 3) / 4, tw = (g.wo + 3) / 4, tiles = g.n * th * tw;
     const int64_t nt = std::min(winograd_cpu_grad_tiles, tiles), blocks = (tiles + nt - 1) / nt;
+    // No more sums than blocks (as the direct weight gradient's partial copies).
+    const int threads = static_cast<int>(std::min<int64_t>(get_num_threads(), blocks));
+    const int64_t sums = X * k * c;  // one thread's DW
+    if (threads * sums * int64_t{sizeof(float)} > (int64_t{256} << 20)) return false;
     float* acc = static_cast<float*>(thread_conv_buffer<conv_buffer::partials>().get(
         sizeof(float) * static_cast<size_t>(threads * sums)));
     std::fill(acc, acc + threads * sums, 0.0f);
