@@ -42,9 +42,10 @@
 //                 primitive's format is the NCHW one already (lenet1's x).
 //   tessera_winograd  the same calls under ts::set_float32_conv_algorithm(winograd), on the 3x3
 //                 stride-1 layers Winograd F(4x4, 3x3) takes (lenet2, resnet3x3, resnet14,
-//                 vgg112): the forward pass and the input gradient run as Winograd; its results
-//                 are checked against tessera's direct ones (y and dx within 1e-4 of their largest
-//                 magnitude) before timing, counter "rel_diff" the largest such difference.
+//                 vgg112): all three passes run as Winograd (F(4x4, 3x3), the weight gradient
+//                 F(3x3, 4x4)); its results are checked against tessera's direct ones (y, dx and
+//                 dw within 1e-4 of their largest magnitude) before timing, counter "rel_diff"
+//                 the largest such difference.
 //   dnnl_blocked  the same primitives with every operand already in their formats: the timed
 //                 region is the primitives alone, with the outputs left in those formats (what a
 //                 framework keeping tensors in oneDNN's layouts between layers would pay).
@@ -552,7 +553,7 @@ enum class pass { fwd, fwd_bwd };
 enum class impl { tessera, tessera_winograd, dnnl, dnnl_blocked };
 
 // Winograd's results against tessera's direct ones (checked by get_check): the largest
-// |winograd - direct| relative to max |direct| over y (and dx where the shape has it).
+// |winograd - direct| relative to max |direct| over y, dw (and dx where the shape has it).
 double winograd_rel_diff(problem& p) {
   const auto rel = [](const ts::Tensor<float>& a, const ts::Tensor<float>& b) {
     double worst = 0, scale = 0;
@@ -571,6 +572,7 @@ double winograd_rel_diff(problem& p) {
   ts::set_float32_conv_algorithm(ts::conv_algorithm::gemm);
   double d = rel(p.y, y_direct);
   if (p.sh.input_grad) d = std::max(d, rel(wino.dx, direct.dx));
+  d = std::max(d, rel(wino.dw, direct.dw));
   return d;
 }
 
