@@ -21,9 +21,15 @@
 #include <limits>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 #include "test_util.hpp"
 #include "winograd_test_util.hpp"
@@ -493,6 +499,85 @@ TYPED_TEST(ConvShapes, OddSpatialSizes) { run_cases<TypeParam>(odd_size_cases(),
 TYPED_TEST(ConvShapes, AsymmetricAndLargePadding) { run_cases<TypeParam>(padding_cases(), 17); }
 TYPED_TEST(ConvShapes, RectangularKernels) { run_cases<TypeParam>(rect_kernel_cases(), 18); }
 TYPED_TEST(ConvShapes, FewChannelsPerGroup) { run_cases<TypeParam>(few_channel_cases(), 23); }
+
+/// Stride-2 rows wide enough for whole vectors and every tail: the padded input rows split into
+/// two phases and the input gradient's scatter-add run on vectors there (short_copy.hpp's
+/// stride-2 copies); input widths 31 to 71 give phase rows of 15 to 36 elements. Lowered (8
+/// channels) and direct (2 channels) paths, 3x3 and 1x1, paddings 0 to 2, one side each.
+std::vector<conv_case> wide_stride2_cases() {
+  std::vector<conv_case> cases;
+  for (int64_t w : {31, 32, 33, 34, 47, 48, 63, 64, 65, 71})
+    for (int64_t pad : {0, 1, 2}) {
+      const int64_t c = w % 2 ? 8 : 2;
+      cases.push_back({"stride 2, width " + std::to_string(w) + ", pad " + std::to_string(pad),
+                       {2, c, 5, w},
+                       {3, c, 3, 3},
+                       {.stride = {2, 2}, .padding = {1, pad}, .padding_end = {1, 2 - pad}}});
+    }
+  cases.push_back({"1x1 stride 2, width 67", {1, 9, 3, 67}, {4, 9, 1, 1}, {.stride = {1, 2}},
+                   sparse_dx});
+  cases.push_back({"stride 2, dilation 2, width 70",
+                   {1, 6, 6, 70},
+                   {5, 6, 2, 3},
+                   {.stride = {1, 2}, .padding = {0, 2}, .dilation = {1, 2}},
+                   sparse_dx});  // stride 2 and dilation 2 reach only the even columns
+  return cases;
+}
+TYPED_TEST(ConvShapes, WideStrideTwoRows) { run_cases<TypeParam>(wide_stride2_cases(), 26); }
+
+#if defined(TESSERA_DETAIL_MASKED_TAILS) && defined(__linux__)
+/// `count` floats that end exactly where an inaccessible page begins: touching one element past
+/// them faults (the test dies), which no comparison of values could show for an element that a
+/// masked vector loads and stores back unchanged.
+class floats_before_guard_page {
+ public:
+  explicit floats_before_guard_page(int64_t count) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t bytes = static_cast<size_t>(count) * sizeof(float);
+    span_ = (bytes + page - 1) / page * page + page;
+    base_ = mmap(nullptr, span_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base_ == MAP_FAILED) throw std::runtime_error("mmap failed");
+    char* guard = static_cast<char*>(base_) + span_ - page;
+    if (mprotect(guard, page, PROT_NONE) != 0) throw std::runtime_error("mprotect failed");
+    data_ = reinterpret_cast<float*>(guard) - count;
+  }
+  ~floats_before_guard_page() { munmap(base_, span_); }
+  floats_before_guard_page(const floats_before_guard_page&) = delete;
+  floats_before_guard_page& operator=(const floats_before_guard_page&) = delete;
+  float* data() const { return data_; }
+
+ private:
+  void* base_ = nullptr;
+  size_t span_ = 0;
+  float* data_ = nullptr;
+};
+
+// The stride-2 vector copies themselves, element by element, for every length up to three
+// vectors and one: each writes (copy) or adds to (scatter-add) exactly its elements, leaves the
+// elements before them alone (canaries), and touches nothing past its last element (a guard
+// page: a masked load or store one element too wide faults there).
+TEST(ConvCopies, StrideTwoRunsTouchExactlyTheirElements) {
+  constexpr float canary = -777.0f;
+  for (int64_t n = 1; n <= 3 * ts::detail::float_lanes + 1; ++n) {
+    floats_before_guard_page src(2 * n - 1);
+    for (int64_t i = 0; i < 2 * n - 1; ++i) src.data()[i] = float(i + 1);
+    std::vector<float> dst(static_cast<size_t>(n + 32), canary);
+    ts::detail::copy_stride2_float(dst.data() + 16, src.data(), n);
+    for (int64_t i = 0; i < static_cast<int64_t>(dst.size()); ++i) {
+      const int64_t at = i - 16;
+      const float want = at >= 0 && at < n ? float(2 * at + 1) : canary;
+      ASSERT_EQ(dst[static_cast<size_t>(i)], want) << "copy, n = " << n << ", element " << at;
+    }
+    floats_before_guard_page run(n), acc(2 * n - 1);
+    for (int64_t i = 0; i < n; ++i) run.data()[i] = float(i + 1);
+    for (int64_t i = 0; i < 2 * n - 1; ++i) acc.data()[i] = float(1000 * i);
+    ts::detail::add_stride2_float(acc.data(), run.data(), n);
+    for (int64_t at = 0; at < 2 * n - 1; ++at)
+      ASSERT_EQ(acc.data()[at], float(1000 * at) + (at % 2 ? 0.0f : float(at / 2 + 1)))
+          << "scatter-add, n = " << n << ", element " << at;
+  }
+}
+#endif
 
 TYPED_TEST(ConvShapes, ZeroBatch) {
   // N = 0: an empty result of the right shape, an empty input gradient, a zero weight gradient

@@ -349,10 +349,64 @@ bool conv_backward_input_as_forward(const conv_backward_input_problem<TG, TW, Ac
   return true;
 }
 
+/// The general input gradient (strides, or padding beyond the kernel's extent): per
+/// image-group (one thread owns its dx planes), tiles of dcol = w_gᵀ [Q, kg] · dy [kg, P]
+/// scattered back into dx (col2im_tile_add). wᵀ is packed once per call into the micro-kernel's
+/// A panels ([kg][mr] per block of mr rows of Q), and each tile's dy columns are copied once into
+/// a zero-padded row-major [kg][ld] block that the micro-kernel reads in place: nothing is packed
+/// per tile (a GEMM per tile packed all of wᵀ again: 15% of a stride-2 input gradient).
+template <class TG, class TW, class Acc>
+void conv_backward_input_scatter(const conv_backward_input_problem<TG, TW, Acc>& p) {
+  constexpr int MR = gemm_tile<Acc>::mr, NR = gemm_tile<Acc>::nr;
+  const conv_geometry& g = p.g;
+  const int64_t cg = g.cg(), kg = g.kg(), Q = cg * g.taps(), P = g.ho * g.wo;
+  const int64_t q_pad = (Q + MR - 1) / MR * MR;
+  Acc* wp = static_cast<Acc*>(thread_conv_buffer<conv_buffer::weights>().get(
+      sizeof(Acc) * static_cast<size_t>(g.groups * q_pad * kg)));
+  for (int64_t gi = 0; gi < g.groups; ++gi)  // line q of w_gᵀ: w[kk * Q + q] for kk < kg
+    pack_panels<MR>(p.w + gi * kg * Q, 1, Q, Q, kg, wp + gi * q_pad * kg);
+  std::fill(p.dx, p.dx + g.n * g.c * g.h * g.w, Acc(0));
+  const int64_t kc = cached_gemm_blocks<Acc>().kc;
+  const int64_t np = conv_tile_columns<Acc>(Q, sizeof(Acc), P, host_caches().l2 / 2);
+  const float* f8 = float8_table_for<TG>();
+  conv_parallel_items(g.n * g.groups, kg * Q * P, get_num_threads(), [&](int64_t unit, int) {
+    const int64_t img = unit / g.groups, gi = unit % g.groups;
+    const int64_t ld_max = (np + NR - 1) / NR * NR;
+    Acc* tile = static_cast<Acc*>(thread_conv_buffer<conv_buffer::tile>().get(
+        sizeof(Acc) * static_cast<size_t>(Q * ld_max)));
+    Acc* bt = static_cast<Acc*>(thread_conv_buffer<conv_buffer::aux>().get(
+        sizeof(Acc) * static_cast<size_t>(kg * ld_max)));
+    const TG* dy = p.dy + (img * g.k + gi * kg) * P;
+    const Acc* a = wp + gi * q_pad * kg;
+    for (int64_t p0 = 0; p0 < P; p0 += np) {
+      const int64_t cols = std::min(np, P - p0), panels = (cols + NR - 1) / NR, ld = panels * NR;
+      for (int64_t kk = 0; kk < kg; ++kk) {  // the micro-kernel reads whole NR-wide rows
+        copy_short(bt + kk * ld, dy + kk * P + p0, cols, 1, f8);
+        zero_short(bt + kk * ld + cols, ld - cols);
+      }
+      for (int64_t pc = 0; pc < kg; pc += kc) {
+        const int64_t kb = std::min(kc, kg - pc);
+        gemm_epilogue<Acc> ep;
+        ep.beta = pc == 0 ? Acc(0) : Acc(1);
+        ep.read_c = pc > 0;
+        for (int64_t i0 = 0; i0 < Q; i0 += MR) {
+          const int mr_eff = static_cast<int>(std::min<int64_t>(MR, Q - i0));
+          for (int64_t jp = 0; jp < panels; ++jp) {
+            const int nr_eff = static_cast<int>(std::min<int64_t>(NR, cols - jp * NR));
+            gemm_micro_fp<Acc, MR>(kb, a + i0 * kg + pc * MR, bt + pc * ld + jp * NR, ld,
+                                   tile + i0 * ld + jp * NR, ld, 1, mr_eff, nr_eff, ep, i0, 0);
+          }
+        }
+      }
+      col2im_tile_add(g, tile, ld, p0, cols, p.dx + (img * g.c + gi * cg) * g.h * g.w);
+    }
+  });
+}
+
 template <class TG, class TW, class Acc>
 void conv_backward_input_cpu(const conv_backward_input_problem<TG, TW, Acc>& p) {
   const conv_geometry& g = p.g;
-  const int64_t cg = g.cg(), kg = g.kg(), Q = cg * g.taps(), P = g.ho * g.wo;
+  const int64_t cg = g.cg(), kg = g.kg(), P = g.ho * g.wo;
   const int64_t in_numel = g.n * g.c * g.h * g.w;
   if (in_numel == 0) return;
   if (g.k == 0 || P == 0) {
@@ -374,26 +428,7 @@ void conv_backward_input_cpu(const conv_backward_input_problem<TG, TW, Acc>& p) 
     return;
   }
   if (conv_backward_input_as_forward(p)) return;
-  // General: per image-group (one thread owns its dx planes), tiles of dcol = w_gᵀ · dy, each
-  // scattered back into dx.
-  std::fill(p.dx, p.dx + in_numel, Acc(0));
-  // Wide tiles: each GEMM packs all of wᵀ again, so fewer, longer ones (half of L2).
-  const int64_t np = conv_tile_columns<Acc>(Q, sizeof(Acc), P, host_caches().l2 / 2);
-  conv_parallel_items(g.n * g.groups, kg * Q * P, get_num_threads(), [&](int64_t unit, int) {
-    const int64_t img = unit / g.groups, gi = unit % g.groups;
-    Acc* tile = static_cast<Acc*>(
-        thread_conv_buffer<conv_buffer::tile>().get(sizeof(Acc) * static_cast<size_t>(Q * np)));
-    for (int64_t p0 = 0; p0 < P; p0 += np) {
-      const int64_t cols = std::min(np, P - p0);
-      gemm_problem<TW, TG, Acc> pr;
-      pr.m = Q, pr.n = cols, pr.k = kg;
-      pr.a = p.w + gi * kg * Q, pr.a_rs = 1, pr.a_cs = Q;
-      pr.b = p.dy + (img * g.k + gi * kg) * P + p0, pr.b_rs = P, pr.b_cs = 1;
-      pr.c = tile, pr.c_rs = cols, pr.c_cs = 1;
-      conv_gemm_block(pr);
-      col2im_tile_add(g, tile, cols, p0, cols, p.dx + (img * g.c + gi * cg) * g.h * g.w);
-    }
-  });
+  conv_backward_input_scatter(p);
 }
 
 // ---------------------------------------------------------------------------- weight gradient

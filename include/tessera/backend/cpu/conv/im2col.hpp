@@ -95,7 +95,7 @@ TESSERA_DETAIL_KEEP_LOOPS void im2col_tile(const conv_geometry& g, const S* x, i
         // a run's end lands where a later run of the row writes again. Runs that end within a
         // vector of the row's end are stored exactly (below): nothing spills into the next row.
         if constexpr (std::is_same_v<D, float> && std::is_same_v<S, float>) {
-          const bool vector_stride = g.stride_w == 1 || (g.stride_w == 2 && have_copy_run2_float);
+          const bool vector_stride = g.stride_w == 1 || g.stride_w == 2;
           if (vector_stride && col + (ow1 - ow0) + float_lanes <= np) {
             if (!row) return zero_run_float(dst + ow0, ow1 - ow0);
             const int64_t off = j * g.dil_w - g.pad_left;
@@ -106,7 +106,7 @@ TESSERA_DETAIL_KEEP_LOOPS void im2col_tile(const conv_geometry& g, const S* x, i
             if (g.stride_w == 1)
               copy_run_float(dst + v.lo, row + off + v.lo, v.hi - v.lo, x_end);
             else
-              copy_run2_float(dst + v.lo, row + off + 2 * v.lo, v.hi - v.lo, x_end);
+              copy_stride2_float(dst + v.lo, row + off + 2 * v.lo, v.hi - v.lo);
             zero_run_float(dst + v.hi, ow1 - v.hi);
             return;
           }
@@ -181,9 +181,24 @@ void col2im_tile_add(const conv_geometry& g, const Acc* tile, int64_t ld, int64_
   conv_span valid[max_cached];
   for (int64_t j = 0; j < std::min(g.s, max_cached); ++j)
     valid[j] = conv_valid_span(j * g.dil_w - g.pad_left, g.stride_w, g.w, 0, g.wo);
+  // The input rows the tile adds to, [ih_lo, ih_hi] of every channel: one short block per
+  // channel, which the hardware prefetchers do not follow from one channel to the next. Each
+  // channel's block is requested while the previous one is summed (the cold loads of x were
+  // half of this function in a stride-2 input gradient).
+  const int64_t ih_lo = std::max<int64_t>(p0 / g.wo * g.stride_h - g.pad_top, 0);
+  const int64_t ih_hi = std::min<int64_t>(
+      (p0 + np - 1) / g.wo * g.stride_h - g.pad_top + (g.r - 1) * g.dil_h, g.h - 1);
+  int64_t next_prefetch = 1;  // the first channel whose rows are not yet requested
   for_each_tile_run(
       g, x, p0, np,
-      [&](int64_t q, int64_t, int64_t, int64_t j, Acc* row, int64_t ow0, int64_t ow1, int64_t col) {
+      [&](int64_t q, int64_t ci, int64_t, int64_t j, Acc* row, int64_t ow0, int64_t ow1,
+          int64_t col) {
+        if (ci + 1 == next_prefetch && next_prefetch < g.cg()) {
+          const Acc* next = x + (next_prefetch * g.h + ih_lo) * g.w;
+          for (int64_t e = 0; e < (ih_hi - ih_lo + 1) * g.w; e += 64 / int64_t{sizeof(Acc)})
+            __builtin_prefetch(next + e, 1);
+          ++next_prefetch;
+        }
         if (!row) return;
         const Acc* src = tile + q * ld + col - ow0;  // indexed by ow
         const int64_t off = j * g.dil_w - g.pad_left;
@@ -193,6 +208,11 @@ void col2im_tile_add(const conv_geometry& g, const Acc* tile, int64_t ld, int64_
         if (g.stride_w == 1) {
           TESSERA_OMP_SIMD()
           for (int64_t ow = v.lo; ow < v.hi; ++ow) dst[ow] += src[ow];
+#if defined(TESSERA_DETAIL_MASKED_TAILS)
+        } else if (std::is_same_v<Acc, float> && g.stride_w == 2) {
+          if constexpr (std::is_same_v<Acc, float>)
+            add_stride2_float(dst + 2 * v.lo, src + v.lo, v.hi - v.lo);
+#endif
         } else {
           for (int64_t ow = v.lo; ow < v.hi; ++ow) dst[ow * g.stride_w] += src[ow];
         }
