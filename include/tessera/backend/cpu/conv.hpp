@@ -452,10 +452,13 @@ void conv_backward_weight_cpu(const conv_backward_weight_problem<TX, TG, Acc>& p
   // Pixels per item are the GEMM's k: as many as half of L2 holds, and at least 256 (or the
   // whole image), since every item reads and writes all of its group's dw (2.4 MB for 256 x 256
   // 3x3 channels) while short items also read the dy panel in place, eight strided rows per step.
-  const int64_t np = pointwise
-                         ? P
-                         : std::max(conv_tile_columns<Acc>(Q, sizeof(D), P, host_caches().l2 / 2),
-                                    std::min<int64_t>(P, 256));
+  // The image's pixels are then shared evenly between its items: a short last item (16 of 784
+  // pixels at 256 per item) costs a whole pass over dw for little work.
+  int64_t np = pointwise
+                   ? P
+                   : std::max(conv_tile_columns<Acc>(Q, sizeof(D), P, host_caches().l2 / 2),
+                              std::min<int64_t>(P, 256));
+  np = (P + (P + np - 1) / np - 1) / ((P + np - 1) / np);
   const conv_row_split sp = conv_split_rows(units, g.ho, get_num_threads());
   const int64_t per_unit = direct ? sp.chunks : (P + np - 1) / np;
   const int64_t items = units * per_unit;
