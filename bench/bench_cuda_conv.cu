@@ -15,7 +15,9 @@
 // products have few tiles): the default kernels with k never split (gemm_split.cuh).
 // tessera_lowered (weight gradient): implicit GEMM switched off, so the input is lowered into a
 // column matrix in device memory and dy regrouped beside it, then one GEMM per chunk of images:
-// what the implicit weight gradients (SIMT for fp32, the tensor-core kernel for the others) gain.
+// what the implicit weight gradients (SIMT for fp32, the tensor-core kernel for the others) gain;
+// (input gradient of the strided layer) W^T dy into a column matrix and col2im: what the
+// per-stride-phase implicit GEMMs gain.
 // tessera_winograd (fp32 forward and input gradient of the 3x3 stride-1 layers of one group and at
 // least 16 channels in and out): under set_float32_conv_algorithm(winograd), Winograd F(4x4, 3x3)
 // (winograd.cuh), for comparison with cuDNN's Winograd algorithms where cudnnFind* picks them.
@@ -317,7 +319,11 @@ void add_benchmarks() {
           // Whole-k rows where the products have few tiles (split by default).
           const bool few_tiles = s.name == "lenet2" || s.name == "resnet14" || s.name == "stride2";
           if (who == impl::tessera_whole_k && (!few_tiles || p == pass::bwd_data)) continue;
-          if (who == impl::tessera_lowered && p != pass::bwd_filter) continue;
+          // Lowered rows: weight gradients, and strided input gradients (the column matrix and
+          // col2im that the per-phase products replace).
+          if (who == impl::tessera_lowered && p != pass::bwd_filter &&
+              !(p == pass::bwd_data && s.stride > 1))
+            continue;
           // Winograd rows where the Winograd path takes the layer.
           const bool winograd_layer = s.winograd();
           if (who == impl::tessera_winograd &&

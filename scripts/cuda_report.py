@@ -95,7 +95,8 @@ def conv_table(rows, out, verdicts):
             pairs[(m.group(1), m.group(2), m.group(4))][m.group(3)] = r
     # tessera_planar (tf32): the planar implicit GEMM on the register-staged kernel, where tessera
     # runs the channels-last one on the pipelined kernels (when the channels allow);
-    # tessera_lowered (weight gradients): implicit GEMM off, the input lowered in device memory;
+    # tessera_lowered (weight gradients; strided input gradients): implicit GEMM off, the input
+    # (or W^T dy) lowered in device memory;
     # tessera_winograd (fp32 3x3 stride-1 forward and input gradients): under
     # set_float32_conv_algorithm(winograd); cuDNN's algorithm: the label of its row (what
     # cudnnFind* chose).

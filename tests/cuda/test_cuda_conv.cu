@@ -62,6 +62,19 @@ const conv_case conv_cases[] = {
     {{2, 3, 4, 4}, {5, 3, 4, 4}, {}, "kernel = image"},
     {{3, 16, 20, 20}, {136, 16, 3, 3}, {.padding = {1, 1}}, "several GEMM tiles"},
     {{0, 3, 5, 5}, {4, 3, 3, 3}, {.padding = {1, 1}}, "empty batch"},
+    // Strided input gradients by stride phase (cuda_conv_phases): 2x2, uneven 3x2 with dilations
+    // sharing a factor with the stride, groups with padding beyond the kernel, 4x4 (16 phases,
+    // the most), 5x5 (25: the column matrix), a phase with no taps (2x2 kernel, stride 3).
+    {{2, 5, 11, 9}, {6, 5, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}}, "3x3 stride 2 pad 1"},
+    {{1, 4, 13, 14},
+     {5, 4, 2, 3},
+     {.stride = {3, 2}, .padding = {2, 1}, .dilation = {3, 2}, .padding_end = {0, 2}},
+     "stride 3x2 dilated"},
+    {{2, 6, 9, 8}, {4, 3, 3, 3}, {.stride = {2, 2}, .padding = {3, 0}, .groups = 2},
+     "groups stride 2 padding 3"},
+    {{1, 3, 17, 16}, {4, 3, 5, 5}, {.stride = {4, 4}, .padding = {2, 2}}, "stride 4, 16 phases"},
+    {{1, 2, 11, 12}, {3, 2, 3, 3}, {.stride = {5, 5}}, "stride 5 (column matrix)"},
+    {{2, 3, 10, 10}, {4, 3, 2, 2}, {.stride = {3, 3}, .padding = {1, 1}}, "a phase without taps"},
 };
 
 // The gathers' division of pixel indices by the output row length (no device needed: the same

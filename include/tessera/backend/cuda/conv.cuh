@@ -11,8 +11,10 @@
 // gradient of a stride-1 convolution: the forward implicit GEMM again, since dx is dy convolved
 // (stride 1, padding (r - 1) * dil - pad) with the weights flipped in both taps and transposed
 // in the channels (cuda_conv_flip_weights, a copy of w's size): no column matrix. Strided input
-// gradients: W^T dy into a column matrix, then col2im gathers each input element's taps (each
-// element written once: no atomics). Under conv_algorithm::winograd, float 3x3 layers run the
+// gradients: the same per stride phase (cuda_conv_phases: the taps that reach one phase's pixels,
+// a stride-1 convolution onto that phase's grid), the grids then interleaved into dx; beyond 16
+// phases (or with implicit GEMM off), W^T dy into a column matrix, then col2im gathers each input
+// element's taps (each element written once: no atomics). Under conv_algorithm::winograd, float 3x3 layers run the
 // forward pass and stride-1 input gradients as Winograd F(4x4, 3x3) instead (winograd.cuh).
 // Weight gradient: implicit GEMM (float and double on the SIMT kernel; half, bfloat16 and tf32
 // on the register-staged tensor-core kernel), k running over every (image, pixel) pair, dy's
@@ -33,6 +35,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -147,18 +150,75 @@ __global__ void __launch_bounds__(cuda_conv_threads)
   }
 }
 
-/// w'[grp * cg + ci][o][i][j] = w[grp * kg + o][ci][r - 1 - i][s - 1 - j]: the weights of the
-/// forward convolution that computes g's input gradient (cuda_conv_input_grad_geometry), [c][kg]
-/// [r][s] for w [k][cg][r][s].
+/// The taps of one stride phase of an input gradient (cuda_conv_phases): rows i = i0 + t * step_h
+/// for t < r, columns j = j0 + u * step_w for u < s. The whole kernel at stride 1.
+struct cuda_conv_tap_subset {
+  int64_t i0 = 0, r = 0, step_h = 1, j0 = 0, s = 0, step_w = 1;
+};
+
+/// w'[grp * cg + ci][o][t][u] = w[grp * kg + o][ci][i0 + (r' - 1 - t) step_h][j0 + (s' - 1 - u)
+/// step_w]: the taps `sub` of w ([k][cg][r][s]), flipped in both directions and transposed in the
+/// channels ([c][kg][r'][s']): the weights of the forward convolution that computes an input
+/// gradient (cuda_conv_input_grad_geometry with the whole kernel; cuda_conv_phases per phase).
 template <class T>
 __global__ void __launch_bounds__(cuda_conv_threads)
-    cuda_conv_flip_weights(conv_geometry g, const T* w, T* flipped) {
-  const int64_t cg = g.c / g.groups, kg = g.k / g.groups, rs = g.r * g.s;
+    cuda_conv_flip_weights(conv_geometry g, cuda_conv_tap_subset sub, const T* w, T* flipped) {
+  const int64_t cg = g.c / g.groups, kg = g.k / g.groups, rs = sub.r * sub.s;
   const int64_t total = g.c * kg * rs, step = int64_t{gridDim.x} * blockDim.x;
   for (int64_t e = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; e < total; e += step) {
-    const int64_t j = e % g.s, i = e / g.s % g.r, o = e / rs % kg, c = e / (rs * kg);
+    const int64_t u = e % sub.s, t = e / sub.s % sub.r, o = e / rs % kg, c = e / (rs * kg);
     const int64_t grp = c / cg, ci = c % cg;
-    flipped[e] = w[(((grp * kg + o) * cg + ci) * g.r + (g.r - 1 - i)) * g.s + (g.s - 1 - j)];
+    const int64_t i = sub.i0 + (sub.r - 1 - t) * sub.step_h;
+    const int64_t j = sub.j0 + (sub.s - 1 - u) * sub.step_w;
+    flipped[e] = w[(((grp * kg + o) * cg + ci) * g.r + i) * g.s + j];
+  }
+}
+
+/// A strided convolution's input gradient split by stride phase: input pixel (a + stride_h y',
+/// b + stride_w x') receives dy only through the kernel rows i whose offset a + pad_top - i dil_h
+/// is a multiple of stride_h (and likewise the columns), an arithmetic progression of taps that
+/// is the same for every pixel of the phase. So each phase (a, b) is a stride-1 forward
+/// convolution of dy with those taps (flipped, cuda_conv_flip_weights) onto the phase's own grid
+/// of ceil((h - a) / stride_h) x ceil((w - b) / stride_w) pixels, written to scratch; one pass
+/// (cuda_conv_phase_scatter) then interleaves the grids into dx, zeros where a phase has no taps.
+/// No column matrix and no col2im: the products read dy where it lies (implicit GEMM).
+struct cuda_conv_phases {
+  static constexpr int max_phases = 16;  // stride_h * stride_w at most
+  int64_t offset[max_phases];            // phase a * stride_w + b's grid in the scratch; -1: zero
+  int64_t rows[max_phases], cols[max_phases];  // rows of phase a, columns of phase b
+};
+
+/// The taps of phase `a` along one dimension of kernel size r, stride st, dilation d, padding p:
+/// the first tap, their number (0 if none) and step; and `first`, the dy offset (a + p - i d) /
+/// st of the last of them (the smallest), where the phase's forward convolution starts.
+struct cuda_conv_phase_taps {
+  int64_t i0 = 0, count = 0, step = 1, first = 0;
+};
+inline cuda_conv_phase_taps cuda_conv_phase_taps_of(int64_t a, int64_t r, int64_t st, int64_t d,
+                                                    int64_t p) {
+  cuda_conv_phase_taps t;
+  t.step = st / std::gcd(st, d);
+  for (t.i0 = 0; t.i0 < std::min(r, t.step); ++t.i0)
+    if (((a + p - t.i0 * d) % st + st) % st == 0) break;
+  if (t.i0 >= std::min(r, t.step)) return {0, 0, t.step, 0};
+  t.count = (r - 1 - t.i0) / t.step + 1;
+  t.first = (a + p - (t.i0 + (t.count - 1) * t.step) * d) / st;  // exact
+  return t;
+}
+
+/// dx of images n0 .. n0 + nb - 1 from the phases' grids in `scratch` (cuda_conv_phases).
+template <class Acc>
+__global__ void __launch_bounds__(cuda_conv_threads)
+    cuda_conv_phase_scatter(conv_geometry g, cuda_conv_phases ph, const Acc* scratch, int64_t n0,
+                            int64_t nb, Acc* dx) {
+  const int64_t hw = g.h * g.w, total = nb * g.c * hw, step = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t e = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; e < total; e += step) {
+    const int64_t x = e % g.w, y = e / g.w % g.h, bc = e / hw;  // bc = image * c + channel
+    const int64_t a = y % g.stride_h, b = x % g.stride_w, q = a * g.stride_w + b;
+    const int64_t off = ph.offset[q];
+    dx[n0 * g.c * hw + e] =
+        off < 0 ? Acc(0)
+                : scratch[off + (bc * ph.rows[a] + y / g.stride_h) * ph.cols[b] + x / g.stride_w];
   }
 }
 
@@ -482,10 +542,14 @@ struct conv_kernel<cuda> {
         detail::cuda_scratch flipped(static_cast<size_t>(g.c * kg * g.r * g.s) * sizeof(TW));
         auto* wf = static_cast<TW*>(flipped.get());
         detail::cuda_conv_launch("cuda_conv_flip_weights", detail::cuda_conv_flip_weights<TW>,
-                                 g.c * kg * g.r * g.s, g, p.w, wf);
+                                 g.c * kg * g.r * g.s, g,
+                                 detail::cuda_conv_tap_subset{0, g.r, 1, 0, g.s, 1}, p.w, wf);
         return run_implicit(detail::conv_forward_problem<TG, TW, Acc>{t, p.dy, wf, p.dx});
       }
     }
+    if (!direct && detail::cuda_conv_implicit_gemm() && (g.stride_h > 1 || g.stride_w > 1) &&
+        g.stride_h * g.stride_w <= detail::cuda_conv_phases::max_phases)
+      return run_input_grad_phases(p);
     const int64_t nb = detail::cuda_conv_chunk(g.n, direct ? 0 : K * P * int64_t{sizeof(Acc)});
     detail::cuda_scratch dcol(direct ? 0 : static_cast<size_t>(nb * K * P) * sizeof(Acc));
     std::vector<int64_t> b_off(static_cast<size_t>(nb)), c_off(static_cast<size_t>(nb));
@@ -508,6 +572,67 @@ struct conv_kernel<cuda> {
           detail::cuda_conv_launch("cuda_col2im", detail::cuda_col2im<Acc>, cnt * cg * g.h * g.w, g,
                                    static_cast<const Acc*>(dcol.get()), n0, cnt, grp, p.dx);
       }
+    }
+  }
+
+  /// A strided input gradient by stride phase (cuda_conv_phases): per chunk of images, each
+  /// phase with taps a forward convolution of dy into its grid in scratch (implicit GEMM where
+  /// it fits), then one scatter into dx.
+  template <class TG, class TW, class Acc>
+  static void run_input_grad_phases(const detail::conv_backward_input_problem<TG, TW, Acc>& p) {
+    const detail::conv_geometry& g = p.g;
+    const int64_t sh = g.stride_h, sw = g.stride_w, kg = g.k / g.groups;
+    detail::cuda_conv_phase_taps rt[detail::cuda_conv_phases::max_phases];
+    detail::cuda_conv_phase_taps ct[detail::cuda_conv_phases::max_phases];
+    detail::cuda_conv_phases ph{};
+    for (int64_t a = 0; a < sh; ++a) {
+      rt[a] = detail::cuda_conv_phase_taps_of(a, g.r, sh, g.dil_h, g.pad_top);
+      ph.rows[a] = a < g.h ? (g.h - 1 - a) / sh + 1 : 0;
+    }
+    for (int64_t b = 0; b < sw; ++b) {
+      ct[b] = detail::cuda_conv_phase_taps_of(b, g.s, sw, g.dil_w, g.pad_left);
+      ph.cols[b] = b < g.w ? (g.w - 1 - b) / sw + 1 : 0;
+    }
+    // The phases' flipped weights side by side (each tap in one phase at most), once for every
+    // chunk.
+    int64_t w_at[detail::cuda_conv_phases::max_phases], w_total = 0;
+    for (int64_t a = 0; a < sh; ++a)
+      for (int64_t b = 0; b < sw; ++b)
+        w_at[a * sw + b] = w_total, w_total += g.c * kg * rt[a].count * ct[b].count;
+    detail::cuda_scratch weights(static_cast<size_t>(w_total) * sizeof(TW));
+    TW* wf = static_cast<TW*>(weights.get());
+    for (int64_t a = 0; a < sh; ++a)
+      for (int64_t b = 0; b < sw; ++b) {
+        const detail::cuda_conv_tap_subset sub{rt[a].i0, rt[a].count, rt[a].step,
+                                               ct[b].i0, ct[b].count, ct[b].step};
+        detail::cuda_conv_launch("cuda_conv_flip_weights", detail::cuda_conv_flip_weights<TW>,
+                                 g.c * kg * sub.r * sub.s, g, sub, p.w, wf + w_at[a * sw + b]);
+      }
+    const int64_t image = g.c * g.h * g.w, P = g.ho * g.wo;
+    const int64_t nb = detail::cuda_conv_chunk(g.n, image * int64_t{sizeof(Acc)});
+    detail::cuda_scratch scratch(static_cast<size_t>(nb * image) * sizeof(Acc));
+    Acc* grids = static_cast<Acc*>(scratch.get());
+    for (int64_t n0 = 0; n0 < g.n; n0 += nb) {
+      const int64_t cnt = std::min(nb, g.n - n0);
+      int64_t at = 0;
+      for (int64_t a = 0; a < sh; ++a)
+        for (int64_t b = 0; b < sw; ++b) {
+          const int64_t q = a * sw + b, pixels = ph.rows[a] * ph.cols[b];
+          ph.offset[q] = -1;
+          if (rt[a].count == 0 || ct[b].count == 0 || pixels == 0) continue;
+          detail::conv_geometry t = g;
+          t.n = cnt, t.c = g.k, t.h = g.ho, t.w = g.wo, t.k = g.c;
+          t.r = rt[a].count, t.s = ct[b].count, t.ho = ph.rows[a], t.wo = ph.cols[b];
+          t.stride_h = t.stride_w = 1;
+          t.dil_h = g.dil_h / std::gcd(sh, g.dil_h), t.dil_w = g.dil_w / std::gcd(sw, g.dil_w);
+          t.pad_top = -rt[a].first, t.pad_left = -ct[b].first;
+          ph.offset[q] = at;
+          run(detail::conv_forward_problem<TG, TW, Acc>{
+              t, p.dy + n0 * g.k * P, wf + w_at[q], grids + at});
+          at += cnt * g.c * pixels;
+        }
+      detail::cuda_conv_launch("cuda_conv_phase_scatter", detail::cuda_conv_phase_scatter<Acc>,
+                               cnt * image, g, ph, static_cast<const Acc*>(grids), n0, cnt, p.dx);
     }
   }
 
