@@ -106,6 +106,33 @@ TEST(CudaFastDiv, EqualsIntegerDivisionBelow2To31) {
   EXPECT_GT(checked, 4096 * 70);
 }
 
+// The stride phases' taps (no device needed): for every phase, kernel size, stride, dilation
+// and padding up to small bounds, cuda_conv_phase_taps_of's progression is exactly the taps i
+// with (a + pad - i dil) divisible by the stride, in order, and `first` the dy offset of the last.
+TEST(CudaConvPhases, TapsAreExactlyThoseOnTheStride) {
+  int64_t checked = 0;
+  for (int64_t st = 1; st <= 5; ++st)
+    for (int64_t a = 0; a < st; ++a)
+      for (int64_t r = 1; r <= 7; ++r)
+        for (int64_t d = 1; d <= 6; ++d)
+          for (int64_t p = 0; p <= 8; ++p) {
+            std::vector<int64_t> want;
+            for (int64_t i = 0; i < r; ++i)
+              if ((a + p - i * d) % st == 0) want.push_back(i);  // C++ %: 0 for multiples
+            const auto t = ts::detail::cuda_conv_phase_taps_of(a, r, st, d, p);
+            std::vector<int64_t> got;
+            for (int64_t k = 0; k < t.count; ++k) got.push_back(t.i0 + k * t.step);
+            ASSERT_EQ(got, want) << "phase " << a << " r " << r << " stride " << st << " dil " << d
+                                 << " pad " << p;
+            if (!want.empty()) {
+              ASSERT_EQ(t.first, (a + p - want.back() * d) / st)
+                  << "phase " << a << " r " << r << " stride " << st << " dil " << d << " pad " << p;
+            }
+            ++checked;
+          }
+  EXPECT_EQ(checked, 15 * 7 * 6 * 9);
+}
+
 class CudaConvOps : public CudaFixture {};
 class CudaPoolOps : public CudaFixture {};
 
