@@ -18,9 +18,10 @@
 // what the implicit weight gradients (SIMT for fp32, the tensor-core kernel for the others) gain;
 // (input gradient of the strided layer) W^T dy into a column matrix and col2im: what the
 // per-stride-phase implicit GEMMs gain.
-// tessera_winograd (fp32 forward and input gradient of the 3x3 stride-1 layers of one group and at
-// least 16 channels in and out): under set_float32_conv_algorithm(winograd), Winograd F(4x4, 3x3)
-// (winograd.cuh), for comparison with cuDNN's Winograd algorithms where cudnnFind* picks them.
+// tessera_winograd (fp32 passes of the 3x3 stride-1 layers of one group and at least 16 channels
+// in and out): under set_float32_conv_algorithm(winograd), Winograd F(4x4, 3x3) forward and input
+// gradient, F(3x3, 4x4) weight gradient (winograd.cuh), for comparison with cuDNN's Winograd
+// algorithms where cudnnFind* picks them.
 //
 // math fp32: float inputs and products (tessera's default; cuDNN with CUDNN_FMA_MATH, which
 // keeps it off the tensor cores); tf32: tessera under set_float32_matmul_precision(high), cuDNN
@@ -326,9 +327,7 @@ void add_benchmarks() {
             continue;
           // Winograd rows where the Winograd path takes the layer.
           const bool winograd_layer = s.winograd();
-          if (who == impl::tessera_winograd &&
-              (m != math::fp32 || p == pass::bwd_filter || !winograd_layer))
-            continue;
+          if (who == impl::tessera_winograd && (m != math::fp32 || !winograd_layer)) continue;
           const auto body = [=](benchmark::State& st) {
             if (m == math::fp16)
               bm_conv<ts::half>(st, s, p, m, who);

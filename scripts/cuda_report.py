@@ -97,7 +97,7 @@ def conv_table(rows, out, verdicts):
     # runs the channels-last one on the pipelined kernels (when the channels allow);
     # tessera_lowered (weight gradients; strided input gradients): implicit GEMM off, the input
     # (or W^T dy) lowered in device memory;
-    # tessera_winograd (fp32 3x3 stride-1 forward and input gradients): under
+    # tessera_winograd (fp32 3x3 stride-1 forward, input and weight gradients): under
     # set_float32_conv_algorithm(winograd); cuDNN's algorithm: the label of its row (what
     # cudnnFind* chose).
     out.append("| pass | math | shape | tessera TFLOP/s | cuDNN TFLOP/s | tessera / cuDNN | rel_err "

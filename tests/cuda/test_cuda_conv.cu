@@ -437,9 +437,10 @@ using winograd_test::winograd_scope;
 // Winograd F(4x4, 3x3) (winograd.cuh) on the layers it takes: tails of 1 to 3 outputs in both
 // directions, no padding, padding 2, asymmetric padding, bias and ReLU, odd channel counts, images
 // in one chunk and in chunks of one image (or two); forward and input gradients against the CPU's
-// direct sums, within a bound that a wrong coefficient or a misplaced tile exceeds by orders of
-// magnitude; each checks that the Winograd path ran (one output transform per chunk).
-TEST_F(CudaConvOps, WinogradForwardAndInputGradientsWithinTheirRounding) {
+// direct sums, and weight gradients (F(3x3, 4x4)) likewise, within a bound that a wrong
+// coefficient or a misplaced tile exceeds by orders of magnitude; each checks that the Winograd
+// path ran (one output transform, or one dy transform, per chunk).
+TEST_F(CudaConvOps, WinogradEveryPassWithinItsRounding) {
   namespace d = ts::detail;
   const conv_case cases[] = {
       {{2, 16, 9, 11}, {16, 16, 3, 3}, {.padding = {1, 1}}, "pad 1, tails of 1 and 3"},
@@ -461,6 +462,8 @@ TEST_F(CudaConvOps, WinogradForwardAndInputGradientsWithinTheirRounding) {
     const auto dy = ts::randn<float, ts::cpu>(want.shape(), gen);
     const auto dx_want = ts::conv2d_backward_input(dy, w, c.x, c.o);
     const auto dx_magnitude = ts::conv2d_backward_input(ts::abs(dy), ts::abs(w), c.x, c.o);
+    const auto dw_want = ts::conv2d_backward_weight(dy, x, c.w, c.o);
+    const auto dw_magnitude = ts::conv2d_backward_weight(ts::abs(dy), ts::abs(x), c.w, c.o);
     // V and M of one image of a pass with `channels` in and out, ho x wo outputs; the chunks.
     const auto image_bytes = [](int64_t channels, int64_t ho, int64_t wo) {
       return 36 * channels * ((ho + 3) / 4) * ((wo + 3) / 4) * 4;
@@ -492,6 +495,13 @@ TEST_F(CudaConvOps, WinogradForwardAndInputGradientsWithinTheirRounding) {
       EXPECT_EQ(d::cuda_winograd_choice().launches.load() - before_dx, chunks(dx_bytes))
           << what << ": Winograd output transforms of dx";
       EXPECT_LE(winograd_error(dx, dx_want, dx_magnitude), bound) << what << " input gradient";
+      // The weight gradient (F(3x3, 4x4)): the forward pass's tiles, a dy transform per chunk.
+      const int64_t before_dw = d::cuda_winograd_choice().launches.load();
+      const auto dw =
+          ts::conv2d_backward_weight(dy.to<ts::cuda>(), xd, c.w, c.o).to<ts::cpu>();
+      EXPECT_EQ(d::cuda_winograd_choice().launches.load() - before_dw, chunks(fwd_bytes))
+          << what << ": Winograd chunks of dw";
+      EXPECT_LE(winograd_error(dw, dw_want, dw_magnitude), bound) << what << " weight gradient";
       d::cuda_winograd_scratch_bytes() = saved;
     }
   }
@@ -523,10 +533,15 @@ TEST_F(CudaConvOps, WinogradLeavesOtherLayersAlone) {
     const ts::conv_algorithm chosen = ts::get_float32_conv_algorithm();
     ts::set_float32_conv_algorithm(ts::conv_algorithm::gemm);
     const auto want = ts::conv2d(x, w, l.o);
+    const auto dy = ints<float>(want.shape(), seed++);
+    const auto want_dw = ts::conv2d_backward_weight(dy, x, l.w, l.o);
     ts::set_float32_conv_algorithm(chosen);
     const int64_t before = d::cuda_winograd_choice().launches.load();
     expect_close(ts::conv2d(x.to<ts::cuda>(), w.to<ts::cuda>(), l.o).to<ts::cpu>(), want, 0, 0,
                  what);
+    expect_close(ts::conv2d_backward_weight(dy.to<ts::cuda>(), x.to<ts::cuda>(), l.w, l.o)
+                     .to<ts::cpu>(),
+                 want_dw, 0, 0, what + " weight gradient");
     EXPECT_EQ(d::cuda_winograd_choice().launches.load(), before) << what;
   };
   const layer same_as_winograd{{2, 16, 9, 9}, {16, 16, 3, 3}, pad1, "3x3"};
@@ -546,6 +561,9 @@ TEST_F(CudaConvOps, WinogradLeavesOtherLayersAlone) {
     const int64_t before = d::cuda_winograd_choice().launches.load();
     const auto x = ints<float>({2, 16, 9, 9}, seed++), w = ints<float>({16, 16, 3, 3}, seed++);
     (void)ts::conv2d(x.to<ts::cuda>(), w.to<ts::cuda>(), pad1).to<ts::cpu>();
+    const auto dy = ints<float>({2, 16, 9, 9}, seed++);
+    (void)ts::conv2d_backward_weight(dy.to<ts::cuda>(), x.to<ts::cuda>(), {16, 16, 3, 3}, pad1)
+        .to<ts::cpu>();
     EXPECT_EQ(d::cuda_winograd_choice().launches.load(), before) << "tf32";
   }
   ts::set_float32_matmul_precision(saved);

@@ -15,7 +15,8 @@
 // a stride-1 convolution onto that phase's grid), the grids then interleaved into dx; beyond 16
 // phases (or with implicit GEMM off), W^T dy into a column matrix, then col2im gathers each input
 // element's taps (each element written once: no atomics). Under conv_algorithm::winograd, float 3x3 layers run the
-// forward pass and stride-1 input gradients as Winograd F(4x4, 3x3) instead (winograd.cuh).
+// forward pass and stride-1 input gradients as Winograd F(4x4, 3x3) instead, and their weight
+// gradients as F(3x3, 4x4) (winograd.cuh).
 // Weight gradient: implicit GEMM (float and double on the SIMT kernel; half, bfloat16 and tf32
 // on the register-staged tensor-core kernel), k running over every (image, pixel) pair, dy's
 // rows and the input's taps gathered on load
@@ -642,6 +643,7 @@ struct conv_kernel<cuda> {
     const detail::conv_geometry& g = p.g;
     const int64_t cg = g.c / g.groups, kg = g.k / g.groups, K = cg * g.r * g.s, P = g.ho * g.wo;
     if (g.k == 0 || K == 0) return;
+    if (detail::cuda_winograd_weight_grad(p)) return;  // conv_algorithm::winograd, 3x3 stride 1
     if constexpr (detail::cuda_conv_weight_grad_gathers<TG, TX>) {
       if (detail::cuda_conv_weight_grad_implicit(g)) return run_weight_grad_implicit(p);
     }

@@ -1,7 +1,8 @@
 // tessera/backend/cuda/winograd.cuh - float 3x3 stride-1 convolutions as Winograd F(4x4, 3x3)
 // (conv_algorithm::winograd; the tile transforms in detail/winograd.hpp): the forward pass, and
 // through it the input gradients of stride-1 convolutions (conv.cuh runs those as forward
-// convolutions).
+// convolutions); and their weight gradients as F(3x3, 4x4) (cuda_winograd_weight_grad: the same
+// input transform, dy's 4x4 tiles as the taps, the products summed over the tiles).
 //
 // Over a batch the per-position products are 36 matrix products, M[xi] = U[xi] V[xi], with U[xi]
 // the transformed weights ([k][c]) and V[xi] the transformed input tiles ([c][tiles]), which the
@@ -95,8 +96,48 @@ __global__ void __launch_bounds__(cuda_winograd_threads)
   }
 }
 
+/// E[xi][o][t] = (G' e G'^T)[xi] for the 4x4 output gradients e of tile t (numbered as in
+/// cuda_winograd_input) of output channel o, images n0 .. n0 + nb - 1; zero past ho or wo. The
+/// weight gradient's "taps" (F(3x3, 4x4)).
+template <class T>
+__global__ void __launch_bounds__(cuda_winograd_threads)
+    cuda_winograd_grad(conv_geometry g, const T* dy, int64_t n0, int64_t nb, int64_t th,
+                       int64_t tw, T* e_out) {
+  const int64_t tiles = nb * th * tw, total = tiles * g.k, step = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t e = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; e < total; e += step) {
+    const int64_t tx = e % tw, ty = e / tw % th, o = e / (tw * th) % g.k, b = e / (tw * th * g.k);
+    const T* plane = dy + ((n0 + b) * g.k + o) * g.ho * g.wo;
+    T d[4][4];
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j) {
+        const int64_t oy = 4 * ty + i, ox = 4 * tx + j;
+        d[i][j] = oy < g.ho && ox < g.wo ? plane[oy * g.wo + ox] : T(0);
+      }
+    T t[36];
+    winograd_grad_tile(d, t);
+    const int64_t tile = (b * th + ty) * tw + tx;
+    for (int xi = 0; xi < 36; ++xi) e_out[(xi * g.k + o) * tiles + tile] = t[xi];
+  }
+}
+
+/// dw[o][ci] = A'^T M[.][o][ci] A' ([k][c][3][3]) from the products M[xi] ([k][c]) summed over
+/// every tile of the batch.
+template <class T>
+__global__ void __launch_bounds__(cuda_winograd_threads)
+    cuda_winograd_taps(int64_t k, int64_t c, const T* m, T* dw) {
+  const int64_t total = k * c, step = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t e = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; e < total; e += step) {
+    T mt[36], r[3][3];
+    for (int xi = 0; xi < 36; ++xi) mt[xi] = m[xi * total + e];
+    winograd_taps_tile(mt, r);
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 3; ++j) dw[e * 9 + i * 3 + j] = r[i][j];
+  }
+}
+
 /// The kill switch of the Winograd path (tests compare both paths on the same inputs) and the
-/// count of its output-transform launches (one per chunk of images).
+/// count of its chunks of images (one output transform per chunk of a forward pass, one dy
+/// transform per chunk of a weight gradient).
 inline cuda_kernel_choice& cuda_winograd_choice() {
   static cuda_kernel_choice choice;
   return choice;
@@ -163,6 +204,66 @@ bool cuda_winograd_forward(const conv_forward_problem<TX, TW, Acc>& p) {
                   g, static_cast<const float*>(m), n0, cnt, th, tw, p.bias, p.relu, p.y);
       cuda_winograd_choice().launches.fetch_add(1, std::memory_order_relaxed);
     }
+    return true;
+  }
+}
+
+/// The weight gradient of p as Winograd F(3x3, 4x4), returning true, or false having done nothing
+/// (the conditions of cuda_winograd_forward, and an empty batch or image). Per chunk of images:
+/// the inputs under the output tiles to V (cuda_winograd_input, as the forward pass), dy's tiles
+/// to E (cuda_winograd_grad), and the 36 products M[xi] += E[xi] V[xi]^T ([k][c], k of the
+/// product running over the chunk's tiles) as one batched GEMM, chunks adding in order; then M to
+/// dw through A' (cuda_winograd_taps). dw is overwritten.
+template <class TX, class TG, class Acc>
+bool cuda_winograd_weight_grad(const conv_backward_weight_problem<TX, TG, Acc>& p) {
+  if constexpr (!std::is_same_v<TX, float> || !std::is_same_v<TG, float> ||
+                !std::is_same_v<Acc, float>) {
+    (void)p;
+    return false;
+  } else {
+    const conv_geometry& g = p.g;
+    if (!winograd_chosen(g) || get_float32_matmul_precision() != matmul_precision::highest ||
+        !cuda_winograd_choice().enabled.load(std::memory_order_relaxed) || g.n == 0 ||
+        g.ho == 0 || g.wo == 0)
+      return false;
+    constexpr int64_t X = winograd_positions;
+    const int64_t th = (g.ho + 3) / 4, tw = (g.wo + 3) / 4;
+    const int64_t per_image = X * (g.c + g.k) * th * tw * int64_t{sizeof(float)};
+    if (per_image > cuda_winograd_scratch_bytes()) return false;
+    const int64_t nb =
+        std::max<int64_t>(1, std::min(g.n, cuda_winograd_scratch_bytes() / per_image));
+    cuda_scratch sums(static_cast<size_t>(X * g.k * g.c) * sizeof(float));
+    cuda_scratch ve(static_cast<size_t>(nb * per_image));
+    auto* m = static_cast<float*>(sums.get());
+    auto* v = static_cast<float*>(ve.get());
+    std::vector<int64_t> a_off(X), b_off(X), c_off(X);
+    for (int64_t n0 = 0; n0 < g.n; n0 += nb) {
+      const int64_t cnt = std::min(nb, g.n - n0), tiles = cnt * th * tw;
+      float* e = v + X * g.c * tiles;  // E follows this chunk's V
+      cuda_launch("cuda_winograd_input", cuda_winograd_input<float>,
+                  dim3(cuda_grid(tiles * g.c, cuda_winograd_threads)), dim3(cuda_winograd_threads),
+                  g, p.x, n0, cnt, th, tw, v);
+      cuda_launch("cuda_winograd_grad", cuda_winograd_grad<float>,
+                  dim3(cuda_grid(tiles * g.k, cuda_winograd_threads)), dim3(cuda_winograd_threads),
+                  g, p.dy, n0, cnt, th, tw, e);
+      for (int64_t xi = 0; xi < X; ++xi) {
+        const auto i = static_cast<size_t>(xi);
+        a_off[i] = xi * g.k * tiles, b_off[i] = xi * g.c * tiles, c_off[i] = xi * g.k * g.c;
+      }
+      gemm_problem<float, float, float> q;  // M[xi] (+)= E[xi] V[xi]^T, 36 products
+      q.m = g.k, q.n = g.c, q.k = tiles;
+      q.a = e, q.a_rs = tiles, q.a_cs = 1;
+      q.b = v, q.b_rs = 1, q.b_cs = tiles;  // V[xi] is [c][tiles]: its transpose
+      q.c = m, q.c_rs = g.c, q.c_cs = 1;
+      q.beta = n0 == 0 ? 0.0f : 1.0f;
+      q.batch = X, q.a_offsets = a_off.data(), q.b_offsets = b_off.data();
+      q.c_offsets = c_off.data();
+      backend::gemm_kernel<cuda>::run(q);
+      cuda_winograd_choice().launches.fetch_add(1, std::memory_order_relaxed);
+    }
+    cuda_launch("cuda_winograd_taps", cuda_winograd_taps<float>,
+                dim3(cuda_grid(g.k * g.c, cuda_winograd_threads)), dim3(cuda_winograd_threads), g.k,
+                g.c, static_cast<const float*>(m), p.dw);
     return true;
   }
 }
