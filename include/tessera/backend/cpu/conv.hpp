@@ -235,6 +235,32 @@ void conv_forward_direct(const conv_forward_problem<TX, TW, Acc>& p) {
       });
 }
 
+/// C [m, cols] (row stride ldc) = A [m, k] · B [k, cols] on the micro-kernel, A packed as its
+/// panels (pack_panels<mr>: [k][mr] per block of mr rows) and B row-major [k][ld] read in place
+/// (ld a multiple of nr, its columns past cols zero), over k blocks of kc; `last` (bias, ReLU)
+/// applies to the last block's store. Each panel of B stays in L1 while every block of A
+/// streams over it.
+template <class Acc>
+void conv_packed_product(int64_t m, int64_t k, int64_t cols, const Acc* a, const Acc* b, int64_t ld,
+                         Acc* c, int64_t ldc, const gemm_epilogue<Acc>& last) {
+  constexpr int MR = gemm_tile<Acc>::mr, NR = gemm_tile<Acc>::nr;
+  const int64_t kc = cached_gemm_blocks<Acc>().kc, panels = (cols + NR - 1) / NR;
+  for (int64_t pc = 0; pc < k; pc += kc) {
+    const int64_t kb = std::min(kc, k - pc);
+    gemm_epilogue<Acc> ep = pc + kb == k ? last : gemm_epilogue<Acc>{};
+    ep.beta = pc == 0 ? Acc(0) : Acc(1);
+    ep.read_c = pc > 0;
+    for (int64_t jp = 0; jp < panels; ++jp) {
+      const int nr_eff = static_cast<int>(std::min<int64_t>(NR, cols - jp * NR));
+      for (int64_t i0 = 0; i0 < m; i0 += MR) {
+        const int mr_eff = static_cast<int>(std::min<int64_t>(MR, m - i0));
+        gemm_micro_fp<Acc, MR>(kb, a + i0 * k + pc * MR, b + pc * ld + jp * NR, ld,
+                               c + i0 * ldc + jp * NR, ldc, 1, mr_eff, nr_eff, ep, i0, 0);
+      }
+    }
+  }
+}
+
 /// Floating types: implicit GEMM. The weights of every group are packed once into the
 /// micro-kernel's A panels ([q][mr] per block of mr output channels); each work item (a tile of
 /// output pixels of one image-group) lowers its pixels once into a row-major tile that the
@@ -250,7 +276,6 @@ void conv_forward_implicit(const conv_forward_problem<TX, TW, Acc>& p) {
       sizeof(Acc) * static_cast<size_t>(g.groups * kg_pad * Q)));
   for (int64_t gi = 0; gi < g.groups; ++gi)
     pack_panels<MR>(p.w + gi * kg * Q, Q, 1, kg, Q, wp + gi * kg_pad * Q);
-  const int64_t kc = cached_gemm_blocks<Acc>().kc;
   // B tile: half of L2, so that it stays there while all output channels stream over it.
   const int64_t budget = host_caches().l2 / 2;
   int64_t np = std::max<int64_t>(budget / (Q * static_cast<int64_t>(sizeof(Acc))) / NR, 1) * NR;
@@ -267,27 +292,12 @@ void conv_forward_implicit(const conv_forward_problem<TX, TW, Acc>& p) {
     conv_lower_tile(g, p.x + (img * g.c + gi * cg) * g.h * g.w, p0, cols, bt, ld);
     if (cols < ld)
       for (int64_t q = 0; q < Q; ++q) std::fill(bt + q * ld + cols, bt + (q + 1) * ld, Acc(0));
-    Acc* y = p.y + (img * g.k + gi * kg) * P + p0;
-    const Acc* a = wp + gi * kg_pad * Q;
-    for (int64_t pc = 0; pc < Q; pc += kc) {
-      const int64_t kb = std::min(kc, Q - pc);
-      gemm_epilogue<Acc> ep;
-      ep.beta = pc == 0 ? Acc(0) : Acc(1);
-      ep.read_c = pc > 0;
-      if (pc + kb == Q) {
-        if (p.bias)
-          ep.bias = p.bias + gi * kg, ep.bias_stride = 1, ep.bias_kind = gemm_bias::per_row;
-        ep.relu = p.relu;
-      }
-      for (int64_t jp = 0; jp < panels; ++jp) {
-        const int nr_eff = static_cast<int>(std::min<int64_t>(NR, cols - jp * NR));
-        for (int64_t i0 = 0; i0 < kg; i0 += MR) {
-          const int mr_eff = static_cast<int>(std::min<int64_t>(MR, kg - i0));
-          gemm_micro_fp<Acc, MR>(kb, a + i0 * Q + pc * MR, bt + pc * ld + jp * NR, ld,
-                                 y + i0 * P + jp * NR, P, 1, mr_eff, nr_eff, ep, i0, 0);
-        }
-      }
-    }
+    gemm_epilogue<Acc> last;
+    if (p.bias)
+      last.bias = p.bias + gi * kg, last.bias_stride = 1, last.bias_kind = gemm_bias::per_row;
+    last.relu = p.relu;
+    conv_packed_product(kg, Q, cols, wp + gi * kg_pad * Q, bt, ld,
+                        p.y + (img * g.k + gi * kg) * P + p0, P, last);
   });
 }
 
@@ -366,16 +376,15 @@ void conv_backward_input_scatter(const conv_backward_input_problem<TG, TW, Acc>&
   for (int64_t gi = 0; gi < g.groups; ++gi)  // line q of w_gᵀ: w[kk * Q + q] for kk < kg
     pack_panels<MR>(p.w + gi * kg * Q, 1, Q, Q, kg, wp + gi * q_pad * kg);
   std::fill(p.dx, p.dx + g.n * g.c * g.h * g.w, Acc(0));
-  const int64_t kc = cached_gemm_blocks<Acc>().kc;
   const int64_t np = conv_tile_columns<Acc>(Q, sizeof(Acc), P, host_caches().l2 / 2);
   const float* f8 = float8_table_for<TG>();
   conv_parallel_items(g.n * g.groups, kg * Q * P, get_num_threads(), [&](int64_t unit, int) {
     const int64_t img = unit / g.groups, gi = unit % g.groups;
     const int64_t ld_max = (np + NR - 1) / NR * NR;
-    Acc* tile = static_cast<Acc*>(thread_conv_buffer<conv_buffer::tile>().get(
-        sizeof(Acc) * static_cast<size_t>(Q * ld_max)));
-    Acc* bt = static_cast<Acc*>(thread_conv_buffer<conv_buffer::aux>().get(
-        sizeof(Acc) * static_cast<size_t>(kg * ld_max)));
+    Acc* tile = static_cast<Acc*>(
+        thread_conv_buffer<conv_buffer::tile>().get(sizeof(Acc) * static_cast<size_t>(Q * ld_max)));
+    Acc* bt = static_cast<Acc*>(
+        thread_conv_buffer<conv_buffer::aux>().get(sizeof(Acc) * static_cast<size_t>(kg * ld_max)));
     const TG* dy = p.dy + (img * g.k + gi * kg) * P;
     const Acc* a = wp + gi * q_pad * kg;
     for (int64_t p0 = 0; p0 < P; p0 += np) {
@@ -384,20 +393,7 @@ void conv_backward_input_scatter(const conv_backward_input_problem<TG, TW, Acc>&
         copy_short(bt + kk * ld, dy + kk * P + p0, cols, 1, f8);
         zero_short(bt + kk * ld + cols, ld - cols);
       }
-      for (int64_t pc = 0; pc < kg; pc += kc) {
-        const int64_t kb = std::min(kc, kg - pc);
-        gemm_epilogue<Acc> ep;
-        ep.beta = pc == 0 ? Acc(0) : Acc(1);
-        ep.read_c = pc > 0;
-        for (int64_t i0 = 0; i0 < Q; i0 += MR) {
-          const int mr_eff = static_cast<int>(std::min<int64_t>(MR, Q - i0));
-          for (int64_t jp = 0; jp < panels; ++jp) {
-            const int nr_eff = static_cast<int>(std::min<int64_t>(NR, cols - jp * NR));
-            gemm_micro_fp<Acc, MR>(kb, a + i0 * kg + pc * MR, bt + pc * ld + jp * NR, ld,
-                                   tile + i0 * ld + jp * NR, ld, 1, mr_eff, nr_eff, ep, i0, 0);
-          }
-        }
-      }
+      conv_packed_product(Q, kg, cols, a, bt, ld, tile, ld, gemm_epilogue<Acc>{});
       col2im_tile_add(g, tile, ld, p0, cols, p.dx + (img * g.c + gi * cg) * g.h * g.w);
     }
   });
@@ -454,10 +450,9 @@ void conv_backward_weight_cpu(const conv_backward_weight_problem<TX, TG, Acc>& p
   // 3x3 channels) while short items also read the dy panel in place, eight strided rows per step.
   // The image's pixels are then shared evenly between its items: a short last item (16 of 784
   // pixels at 256 per item) costs a whole pass over dw for little work.
-  int64_t np = pointwise
-                   ? P
-                   : std::max(conv_tile_columns<Acc>(Q, sizeof(D), P, host_caches().l2 / 2),
-                              std::min<int64_t>(P, 256));
+  int64_t np = pointwise ? P
+                         : std::max(conv_tile_columns<Acc>(Q, sizeof(D), P, host_caches().l2 / 2),
+                                    std::min<int64_t>(P, 256));
   np = (P + (P + np - 1) / np - 1) / ((P + np - 1) / np);
   const conv_row_split sp = conv_split_rows(units, g.ho, get_num_threads());
   const int64_t per_unit = direct ? sp.chunks : (P + np - 1) / np;
