@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -31,6 +32,19 @@ TESSERA_BEGIN_NAMESPACE
 namespace detail {
 
 inline constexpr int cuda_winograd_threads = 256;
+
+/// Element e of a launch over a chunk's (image, channel, tile row, tile column), tile columns
+/// fastest: its tile (tx, ty) of image b and channel ch, and the tile's number over the chunk,
+/// (b * th + ty) * tw + tx, the order in which V, M and E store tiles.
+struct cuda_winograd_tile_at {
+  int64_t tx, ty, ch, b, tile;
+  TESSERA_HOST_DEVICE cuda_winograd_tile_at(int64_t e, int64_t th, int64_t tw, int64_t channels)
+      : tx(e % tw),
+        ty(e / tw % th),
+        ch(e / (tw * th) % channels),
+        b(e / (tw * th * channels)),
+        tile((b * th + ty) * tw + tx) {}
+};
 
 /// U[xi][o][ci] = (G w[o][ci] G^T)[xi] for every output channel o < k and input channel ci < c
 /// of w [k][c][3][3]; position xi = 6 * row + column, matrices of k * c apart.
@@ -54,9 +68,9 @@ __global__ void __launch_bounds__(cuda_winograd_threads)
                         T* v) {
   const int64_t tiles = nb * th * tw, total = tiles * g.c, step = int64_t{gridDim.x} * blockDim.x;
   for (int64_t e = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; e < total; e += step) {
-    const int64_t tx = e % tw, ty = e / tw % th, ci = e / (tw * th) % g.c, b = e / (tw * th * g.c);
-    const T* plane = x + ((n0 + b) * g.c + ci) * g.h * g.w;
-    const int64_t y0 = 4 * ty - g.pad_top, x0 = 4 * tx - g.pad_left;
+    const cuda_winograd_tile_at at(e, th, tw, g.c);
+    const T* plane = x + ((n0 + at.b) * g.c + at.ch) * g.h * g.w;
+    const int64_t y0 = 4 * at.ty - g.pad_top, x0 = 4 * at.tx - g.pad_left;
     T d[6][6];
     for (int i = 0; i < 6; ++i) {
       const int64_t iy = y0 + i;
@@ -67,8 +81,7 @@ __global__ void __launch_bounds__(cuda_winograd_threads)
     }
     T t[36];
     winograd_input_tile(d, t);
-    const int64_t tile = (b * th + ty) * tw + tx;
-    for (int xi = 0; xi < 36; ++xi) v[(xi * g.c + ci) * tiles + tile] = t[xi];
+    for (int xi = 0; xi < 36; ++xi) v[(xi * g.c + at.ch) * tiles + at.tile] = t[xi];
   }
 }
 
@@ -81,17 +94,17 @@ __global__ void __launch_bounds__(cuda_winograd_threads)
                          int64_t tw, const T* bias, bool relu, T* y) {
   const int64_t tiles = nb * th * tw, total = tiles * g.k, step = int64_t{gridDim.x} * blockDim.x;
   for (int64_t e = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; e < total; e += step) {
-    const int64_t tx = e % tw, ty = e / tw % th, o = e / (tw * th) % g.k, b = e / (tw * th * g.k);
-    const int64_t t = (b * th + ty) * tw + tx;
+    const cuda_winograd_tile_at at(e, th, tw, g.k);
     T mt[36], r[4][4];
-    for (int xi = 0; xi < 36; ++xi) mt[xi] = m[(xi * g.k + o) * tiles + t];
+    for (int xi = 0; xi < 36; ++xi) mt[xi] = m[(xi * g.k + at.ch) * tiles + at.tile];
     winograd_output_tile(mt, r);
-    const T add = bias ? bias[o] : T(0);
-    T* plane = y + ((n0 + b) * g.k + o) * g.ho * g.wo;
-    for (int i = 0; i < 4 && 4 * ty + i < g.ho; ++i)
-      for (int j = 0; j < 4 && 4 * tx + j < g.wo; ++j) {
+    const T add = bias ? bias[at.ch] : T(0);
+    T* plane = y + ((n0 + at.b) * g.k + at.ch) * g.ho * g.wo;
+    for (int i = 0; i < 4 && 4 * at.ty + i < g.ho; ++i)
+      for (int j = 0; j < 4 && 4 * at.tx + j < g.wo; ++j) {
         const T val = r[i][j] + add;
-        plane[(4 * ty + i) * g.wo + 4 * tx + j] = relu && val < T(0) ? T(0) : val;  // NaN stays
+        plane[(4 * at.ty + i) * g.wo + 4 * at.tx + j] =
+            relu && val < T(0) ? T(0) : val;  // NaN stays
       }
   }
 }
@@ -101,22 +114,21 @@ __global__ void __launch_bounds__(cuda_winograd_threads)
 /// weight gradient's "taps" (F(3x3, 4x4)).
 template <class T>
 __global__ void __launch_bounds__(cuda_winograd_threads)
-    cuda_winograd_grad(conv_geometry g, const T* dy, int64_t n0, int64_t nb, int64_t th,
-                       int64_t tw, T* e_out) {
+    cuda_winograd_grad(conv_geometry g, const T* dy, int64_t n0, int64_t nb, int64_t th, int64_t tw,
+                       T* e_out) {
   const int64_t tiles = nb * th * tw, total = tiles * g.k, step = int64_t{gridDim.x} * blockDim.x;
   for (int64_t e = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; e < total; e += step) {
-    const int64_t tx = e % tw, ty = e / tw % th, o = e / (tw * th) % g.k, b = e / (tw * th * g.k);
-    const T* plane = dy + ((n0 + b) * g.k + o) * g.ho * g.wo;
+    const cuda_winograd_tile_at at(e, th, tw, g.k);
+    const T* plane = dy + ((n0 + at.b) * g.k + at.ch) * g.ho * g.wo;
     T d[4][4];
     for (int i = 0; i < 4; ++i)
       for (int j = 0; j < 4; ++j) {
-        const int64_t oy = 4 * ty + i, ox = 4 * tx + j;
+        const int64_t oy = 4 * at.ty + i, ox = 4 * at.tx + j;
         d[i][j] = oy < g.ho && ox < g.wo ? plane[oy * g.wo + ox] : T(0);
       }
     T t[36];
     winograd_grad_tile(d, t);
-    const int64_t tile = (b * th + ty) * tw + tx;
-    for (int xi = 0; xi < 36; ++xi) e_out[(xi * g.k + o) * tiles + tile] = t[xi];
+    for (int xi = 0; xi < 36; ++xi) e_out[(xi * g.k + at.ch) * tiles + at.tile] = t[xi];
   }
 }
 
@@ -151,11 +163,31 @@ inline int64_t& cuda_winograd_scratch_bytes() {
   return bytes;
 }
 
+/// How a CUDA Winograd pass over g is chunked: th x tw tiles per image, per_image bytes of scratch
+/// per image (V and M, or V and E: 36 (c + k) floats per tile), images per chunk.
+struct cuda_winograd_plan {
+  int64_t th, tw, per_image, images;
+};
+
+/// The plan for g, or nothing where the CUDA Winograd path does not take it: the user has not
+/// chosen conv_algorithm::winograd or the layer does not qualify (winograd_chosen), products run
+/// on tf32 tensor cores (matmul_precision::high), the path is switched off, there are no images
+/// or outputs, or one image's scratch exceeds cuda_winograd_scratch_bytes().
+inline std::optional<cuda_winograd_plan> cuda_winograd_plan_for(const conv_geometry& g) {
+  if (!winograd_chosen(g) || get_float32_matmul_precision() != matmul_precision::highest ||
+      !cuda_winograd_choice().enabled.load(std::memory_order_relaxed) || g.n == 0 || g.ho == 0 ||
+      g.wo == 0)
+    return std::nullopt;
+  cuda_winograd_plan pl;
+  pl.th = (g.ho + 3) / 4, pl.tw = (g.wo + 3) / 4;
+  pl.per_image = winograd_positions * (g.c + g.k) * pl.th * pl.tw * int64_t{sizeof(float)};
+  if (pl.per_image > cuda_winograd_scratch_bytes()) return std::nullopt;
+  pl.images = std::max<int64_t>(1, std::min(g.n, cuda_winograd_scratch_bytes() / pl.per_image));
+  return pl;
+}
+
 /// Runs p as Winograd F(4x4, 3x3) and returns true, or returns false having done nothing: p is not
-/// float x float into float, the user has not chosen conv_algorithm::winograd, products run on
-/// tf32 tensor cores (matmul_precision::high), the geometry does not qualify
-/// (winograd_layer), the path is switched off, or one image's V and M exceed
-/// cuda_winograd_scratch_bytes().
+/// float x float into float, or cuda_winograd_plan_for refuses the layer.
 template <class TX, class TW, class Acc>
 bool cuda_winograd_forward(const conv_forward_problem<TX, TW, Acc>& p) {
   if constexpr (!std::is_same_v<TX, float> || !std::is_same_v<TW, float> ||
@@ -164,17 +196,12 @@ bool cuda_winograd_forward(const conv_forward_problem<TX, TW, Acc>& p) {
     return false;
   } else {
     const conv_geometry& g = p.g;
-    if (!winograd_chosen(g) || get_float32_matmul_precision() != matmul_precision::highest ||
-        !cuda_winograd_choice().enabled.load(std::memory_order_relaxed))
-      return false;
+    const std::optional<cuda_winograd_plan> pl = cuda_winograd_plan_for(g);
+    if (!pl) return false;
     constexpr int64_t X = winograd_positions;
-    const int64_t th = (g.ho + 3) / 4, tw = (g.wo + 3) / 4;
-    const int64_t per_image = X * (g.c + g.k) * th * tw * int64_t{sizeof(float)};
-    if (per_image > cuda_winograd_scratch_bytes()) return false;
-    const int64_t nb =
-        std::max<int64_t>(1, std::min(g.n, cuda_winograd_scratch_bytes() / per_image));
+    const int64_t th = pl->th, tw = pl->tw, nb = pl->images;
     cuda_scratch u(static_cast<size_t>(X * g.k * g.c) * sizeof(float));
-    cuda_scratch vm(static_cast<size_t>(nb * per_image));
+    cuda_scratch vm(static_cast<size_t>(nb * pl->per_image));
     auto* uw = static_cast<float*>(u.get());
     auto* v = static_cast<float*>(vm.get());
     cuda_launch("cuda_winograd_weights", cuda_winograd_weights<float>,
@@ -209,7 +236,7 @@ bool cuda_winograd_forward(const conv_forward_problem<TX, TW, Acc>& p) {
 }
 
 /// The weight gradient of p as Winograd F(3x3, 4x4), returning true, or false having done nothing
-/// (the conditions of cuda_winograd_forward, and an empty batch or image). Per chunk of images:
+/// (as cuda_winograd_forward). Per chunk of images:
 /// the inputs under the output tiles to V (cuda_winograd_input, as the forward pass), dy's tiles
 /// to E (cuda_winograd_grad), and the 36 products M[xi] += E[xi] V[xi]^T ([k][c], k of the
 /// product running over the chunk's tiles) as one batched GEMM, chunks adding in order; then M to
@@ -222,18 +249,12 @@ bool cuda_winograd_weight_grad(const conv_backward_weight_problem<TX, TG, Acc>& 
     return false;
   } else {
     const conv_geometry& g = p.g;
-    if (!winograd_chosen(g) || get_float32_matmul_precision() != matmul_precision::highest ||
-        !cuda_winograd_choice().enabled.load(std::memory_order_relaxed) || g.n == 0 ||
-        g.ho == 0 || g.wo == 0)
-      return false;
+    const std::optional<cuda_winograd_plan> pl = cuda_winograd_plan_for(g);
+    if (!pl) return false;
     constexpr int64_t X = winograd_positions;
-    const int64_t th = (g.ho + 3) / 4, tw = (g.wo + 3) / 4;
-    const int64_t per_image = X * (g.c + g.k) * th * tw * int64_t{sizeof(float)};
-    if (per_image > cuda_winograd_scratch_bytes()) return false;
-    const int64_t nb =
-        std::max<int64_t>(1, std::min(g.n, cuda_winograd_scratch_bytes() / per_image));
+    const int64_t th = pl->th, tw = pl->tw, nb = pl->images;
     cuda_scratch sums(static_cast<size_t>(X * g.k * g.c) * sizeof(float));
-    cuda_scratch ve(static_cast<size_t>(nb * per_image));
+    cuda_scratch ve(static_cast<size_t>(nb * pl->per_image));
     auto* m = static_cast<float*>(sums.get());
     auto* v = static_cast<float*>(ve.get());
     std::vector<int64_t> a_off(X), b_off(X), c_off(X);
