@@ -514,8 +514,8 @@ std::vector<conv_case> wide_stride2_cases() {
                        {3, c, 3, 3},
                        {.stride = {2, 2}, .padding = {1, pad}, .padding_end = {1, 2 - pad}}});
     }
-  cases.push_back({"1x1 stride 2, width 67", {1, 9, 3, 67}, {4, 9, 1, 1}, {.stride = {1, 2}},
-                   sparse_dx});
+  cases.push_back(
+      {"1x1 stride 2, width 67", {1, 9, 3, 67}, {4, 9, 1, 1}, {.stride = {1, 2}}, sparse_dx});
   cases.push_back({"stride 2, dilation 2, width 70",
                    {1, 6, 6, 70},
                    {5, 6, 2, 3},

@@ -70,7 +70,9 @@ const conv_case conv_cases[] = {
      {5, 4, 2, 3},
      {.stride = {3, 2}, .padding = {2, 1}, .dilation = {3, 2}, .padding_end = {0, 2}},
      "stride 3x2 dilated"},
-    {{2, 6, 9, 8}, {4, 3, 3, 3}, {.stride = {2, 2}, .padding = {3, 0}, .groups = 2},
+    {{2, 6, 9, 8},
+     {4, 3, 3, 3},
+     {.stride = {2, 2}, .padding = {3, 0}, .groups = 2},
      "groups stride 2 padding 3"},
     {{1, 3, 17, 16}, {4, 3, 5, 5}, {.stride = {4, 4}, .padding = {2, 2}}, "stride 4, 16 phases"},
     {{1, 2, 11, 12}, {3, 2, 3, 3}, {.stride = {5, 5}}, "stride 5 (column matrix)"},
@@ -126,7 +128,8 @@ TEST(CudaConvPhases, TapsAreExactlyThoseOnTheStride) {
                                  << " pad " << p;
             if (!want.empty()) {
               ASSERT_EQ(t.first, (a + p - want.back() * d) / st)
-                  << "phase " << a << " r " << r << " stride " << st << " dil " << d << " pad " << p;
+                  << "phase " << a << " r " << r << " stride " << st << " dil " << d << " pad "
+                  << p;
             }
             ++checked;
           }
@@ -497,8 +500,7 @@ TEST_F(CudaConvOps, WinogradEveryPassWithinItsRounding) {
       EXPECT_LE(winograd_error(dx, dx_want, dx_magnitude), bound) << what << " input gradient";
       // The weight gradient (F(3x3, 4x4)): the forward pass's tiles, a dy transform per chunk.
       const int64_t before_dw = d::cuda_winograd_choice().launches.load();
-      const auto dw =
-          ts::conv2d_backward_weight(dy.to<ts::cuda>(), xd, c.w, c.o).to<ts::cpu>();
+      const auto dw = ts::conv2d_backward_weight(dy.to<ts::cuda>(), xd, c.w, c.o).to<ts::cpu>();
       EXPECT_EQ(d::cuda_winograd_choice().launches.load() - before_dw, chunks(fwd_bytes))
           << what << ": Winograd chunks of dw";
       EXPECT_LE(winograd_error(dw, dw_want, dw_magnitude), bound) << what << " weight gradient";
@@ -539,9 +541,9 @@ TEST_F(CudaConvOps, WinogradLeavesOtherLayersAlone) {
     const int64_t before = d::cuda_winograd_choice().launches.load();
     expect_close(ts::conv2d(x.to<ts::cuda>(), w.to<ts::cuda>(), l.o).to<ts::cpu>(), want, 0, 0,
                  what);
-    expect_close(ts::conv2d_backward_weight(dy.to<ts::cuda>(), x.to<ts::cuda>(), l.w, l.o)
-                     .to<ts::cpu>(),
-                 want_dw, 0, 0, what + " weight gradient");
+    expect_close(
+        ts::conv2d_backward_weight(dy.to<ts::cuda>(), x.to<ts::cuda>(), l.w, l.o).to<ts::cpu>(),
+        want_dw, 0, 0, what + " weight gradient");
     EXPECT_EQ(d::cuda_winograd_choice().launches.load(), before) << what;
   };
   const layer same_as_winograd{{2, 16, 9, 9}, {16, 16, 3, 3}, pad1, "3x3"};

@@ -14,9 +14,9 @@
 // gradients: the same per stride phase (cuda_conv_phases: the taps that reach one phase's pixels,
 // a stride-1 convolution onto that phase's grid), the grids then interleaved into dx; beyond 16
 // phases (or with implicit GEMM off), W^T dy into a column matrix, then col2im gathers each input
-// element's taps (each element written once: no atomics). Under conv_algorithm::winograd, float 3x3 layers run the
-// forward pass and stride-1 input gradients as Winograd F(4x4, 3x3) instead, and their weight
-// gradients as F(3x3, 4x4) (winograd.cuh).
+// element's taps (each element written once: no atomics). Under conv_algorithm::winograd, float
+// 3x3 layers run the forward pass and stride-1 input gradients as Winograd F(4x4, 3x3) instead,
+// and their weight gradients as F(3x3, 4x4) (winograd.cuh).
 // Weight gradient: implicit GEMM (float and double on the SIMT kernel; half, bfloat16 and tf32
 // on the register-staged tensor-core kernel), k running over every (image, pixel) pair, dy's
 // rows and the input's taps gathered on load
@@ -628,8 +628,8 @@ struct conv_kernel<cuda> {
           t.dil_h = g.dil_h / std::gcd(sh, g.dil_h), t.dil_w = g.dil_w / std::gcd(sw, g.dil_w);
           t.pad_top = -rt[a].first, t.pad_left = -ct[b].first;
           ph.offset[q] = at;
-          run(detail::conv_forward_problem<TG, TW, Acc>{
-              t, p.dy + n0 * g.k * P, wf + w_at[q], grids + at});
+          run(detail::conv_forward_problem<TG, TW, Acc>{t, p.dy + n0 * g.k * P, wf + w_at[q],
+                                                        grids + at});
           at += cnt * g.c * pixels;
         }
       detail::cuda_conv_launch("cuda_conv_phase_scatter", detail::cuda_conv_phase_scatter<Acc>,

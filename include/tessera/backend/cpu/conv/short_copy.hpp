@@ -33,7 +33,9 @@ namespace detail {
 #if defined(__AVX512F__)
 /// The lowest n of 16 lanes (none for n <= 0, all for n >= 16).
 TESSERA_ALWAYS_INLINE __mmask16 low_mask16(int64_t n) {
-  return n <= 0 ? __mmask16{0} : n >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << n) - 1);
+  return n <= 0    ? __mmask16{0}
+         : n >= 16 ? __mmask16{0xffff}
+                   : static_cast<__mmask16>((1u << n) - 1);
 }
 #else
 /// The lowest n of 8 lanes as an AVX2 mask (none for n <= 0, all for n >= 8).
@@ -114,8 +116,8 @@ TESSERA_ALWAYS_INLINE void copy_stride2_float(float* dst, const float* src, int6
     }
     // [lo0 lo2 hi0 hi2 | lo4 lo6 hi4 hi6], then the 64-bit pairs reordered.
     const __m256 ev = _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));
-    const __m256 v = _mm256_castpd_ps(
-        _mm256_permute4x64_pd(_mm256_castps_pd(ev), _MM_SHUFFLE(3, 1, 2, 0)));
+    const __m256 v =
+        _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(ev), _MM_SHUFFLE(3, 1, 2, 0)));
     if (c == 8)
       _mm256_storeu_ps(dst + i, v);
     else
@@ -134,8 +136,8 @@ TESSERA_ALWAYS_INLINE void add_stride2_float(float* dst, const float* src, int64
     const bool whole = i + float_lanes < n;
     const int64_t c = std::min<int64_t>(n - i, float_lanes), need = 2 * c - 1;
 #if defined(__AVX512F__)
-    const __m512 v = c == 16 ? _mm512_loadu_ps(src + i)
-                             : _mm512_maskz_loadu_ps(low_mask16(c), src + i);
+    const __m512 v =
+        c == 16 ? _mm512_loadu_ps(src + i) : _mm512_maskz_loadu_ps(low_mask16(c), src + i);
     const __m512i lo_idx = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     const __m512i hi_idx =
         _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
@@ -154,7 +156,8 @@ TESSERA_ALWAYS_INLINE void add_stride2_float(float* dst, const float* src, int64
     // [s0 0 s1 0 | s4 0 s5 0] and [s2 0 s3 0 | s6 0 s7 0], then the 128-bit halves regrouped.
     const __m256 ul = _mm256_unpacklo_ps(v, _mm256_setzero_ps());
     const __m256 uh = _mm256_unpackhi_ps(v, _mm256_setzero_ps());
-    const __m256 lo = _mm256_permute2f128_ps(ul, uh, 0x20), hi = _mm256_permute2f128_ps(ul, uh, 0x31);
+    const __m256 lo = _mm256_permute2f128_ps(ul, uh, 0x20),
+                 hi = _mm256_permute2f128_ps(ul, uh, 0x31);
     if (whole) {
       _mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d), lo));
       _mm256_storeu_ps(d + 8, _mm256_add_ps(_mm256_loadu_ps(d + 8), hi));
