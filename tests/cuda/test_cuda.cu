@@ -595,4 +595,87 @@ TEST_F(Cuda, PrintsLikeTheCpuTensor) {
   EXPECT_EQ(a.str(), b.str());
 }
 
+#if defined(TESSERA_CUDA_HOST_EMULATION)
+// The emulation's thread order (tests/cuda_emu/include/cuda_runtime.h), which every kernel test
+// here relies on to catch a missing __syncthreads: between two barriers a block's threads run
+// one at a time, by increasing index, by decreasing index, or by turns (mixed, the default).
+namespace order_probe {
+/// Each round, thread t of a 64-thread block writes a number unique to (round, block, t) into
+/// shared memory and reads its lower neighbour's (thread 0 its own), with or without a barrier
+/// between the write and the read.
+__global__ void neighbour(int* out, int rounds, bool barrier) {
+  int* const s = reinterpret_cast<int*>(ts::detail::cuda_dynamic_smem());
+  const int t = static_cast<int>(threadIdx.x), b = static_cast<int>(blockIdx.x);
+  const int blocks = static_cast<int>(gridDim.x);
+  for (int r = 0; r < rounds; ++r) {
+    s[t] = (r * blocks + b) * 64 + t;
+    if (barrier) __syncthreads();
+    out[(r * blocks + b) * 64 + t] = s[t > 0 ? t - 1 : 0];
+    __syncthreads();  // the next round's write waits for this round's reads
+  }
+}
+
+/// Thread 0 of every block writes its block's number to the same place: the last block wins.
+__global__ void last_block(int* out) {
+  if (threadIdx.x == 0) *out = static_cast<int>(blockIdx.x);
+}
+
+/// Runs neighbour under `how` and returns, per (round, block), whether every thread read what
+/// its neighbour wrote that round.
+std::vector<bool> rounds_right(tessera_cuda_emulation::thread_order how, int blocks, int rounds,
+                               bool barrier) {
+  const auto saved = tessera_cuda_emulation::order;
+  tessera_cuda_emulation::order = how;
+  const ts::detail::cuda_scratch out(sizeof(int) * 64 * static_cast<size_t>(blocks * rounds));
+  auto* const o = static_cast<int*>(out.get());
+  ts::detail::cuda_launch_smem("neighbour", neighbour, dim3(static_cast<unsigned>(blocks)),
+                               dim3(64), 64 * sizeof(int), o, rounds, barrier);
+  tessera_cuda_emulation::order = saved;
+  std::vector<int> got(64 * static_cast<size_t>(blocks * rounds));
+  EXPECT_EQ(cudaMemcpy(got.data(), o, got.size() * sizeof(int), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  std::vector<bool> right;
+  for (int rb = 0; rb < blocks * rounds; ++rb) {
+    bool all = true;
+    for (int t = 0; t < 64; ++t)
+      all = all && got[static_cast<size_t>(rb * 64 + t)] == rb * 64 + (t > 0 ? t - 1 : 0);
+    right.push_back(all);
+  }
+  return right;
+}
+}  // namespace order_probe
+
+TEST(CudaEmulationOrder, AMissingBarrierGivesAThreadItsNeighboursOldValue) {
+  using order_probe::rounds_right;
+  using tessera_cuda_emulation::thread_order;
+  using v = std::vector<bool>;
+  // With the barrier, every order reads what was written.
+  for (const auto how : {thread_order::forward, thread_order::reverse, thread_order::mixed})
+    EXPECT_EQ(rounds_right(how, 2, 2, true), v(4, true));
+  // Without it, increasing order alone hides the race (each reader runs after its writer) ...
+  EXPECT_EQ(rounds_right(thread_order::forward, 2, 2, false), v(4, true));
+  // ... decreasing order runs every reader first ...
+  EXPECT_EQ(rounds_right(thread_order::reverse, 2, 2, false), v(4, false));
+  // ... and mixed turns the order from one block, and from one barrier interval, to the next:
+  // block 1 of a launch, or round 2 of a loop, reads before its neighbour writes.
+  EXPECT_EQ(rounds_right(thread_order::mixed, 2, 1, false), v({true, false}));
+  EXPECT_EQ(rounds_right(thread_order::mixed, 1, 2, false), v({true, false}));
+}
+
+TEST(CudaEmulationOrder, ReverseRunsBlocksFromTheLast) {
+  using tessera_cuda_emulation::thread_order;
+  const auto saved = tessera_cuda_emulation::order;
+  const ts::detail::cuda_scratch out(sizeof(int));
+  auto* const o = static_cast<int*>(out.get());
+  int last = -1;
+  for (const auto how : {thread_order::forward, thread_order::mixed, thread_order::reverse}) {
+    tessera_cuda_emulation::order = how;
+    ts::detail::cuda_launch("last_block", order_probe::last_block, dim3(3, 2), dim3(32), o);
+    ASSERT_EQ(cudaMemcpy(&last, o, sizeof last, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(last, how == thread_order::reverse ? 0 : 2);
+  }
+  tessera_cuda_emulation::order = saved;
+}
+#endif
+
 }  // namespace

@@ -16,10 +16,17 @@
 //    switches to the next fiber, and a block whose threads do not all reach the same
 //    __syncthreads (some exited, or waiting at another one) fails the launch with
 //    cudaErrorLaunchFailure and a message naming the kernel, block and source line;
-//  - blocks run one after another, in order, so a kernel whose result depends on how blocks
-//    are scheduled is not caught, and neither are shared-memory races between threads, warp
-//    semantics or the memory model. Build with -fsanitize=address to catch out-of-bounds
-//    accesses of device memory inside kernels (fiber switches are annotated for ASan).
+//  - blocks run one after another, in order (in reverse order under thread_order::reverse),
+//    so a kernel whose result depends on how blocks are scheduled is caught only as far as the
+//    two orders differ; warp semantics and the memory model are not modelled. Between two
+//    barriers a block's threads run one at a time, each to its next barrier, in the order
+//    thread_order sets (TESSERA_CUDA_EMU_ORDER=forward, reverse or mixed; mixed by default:
+//    forward and reverse by turns, from one barrier interval and one block to the next). So a
+//    missing __syncthreads between a write to shared memory and another thread's read of it
+//    (or between a read and another thread's overwrite) gives the reader the wrong value in one
+//    of the two orders: mixed catches it in a kernel of two or more blocks, or in a loop, in one
+//    run. Build with -fsanitize=address to catch out-of-bounds accesses of device memory inside
+//    kernels (fiber switches are annotated for ASan).
 //  - dynamic shared memory (tessera's cuda_dynamic_smem()): a launch asking for more than 48 KB
 //    fails unless cudaFuncSetAttribute raised the kernel's limit first (at most 227 KB, sm_90's),
 //    and every block's buffer starts filled with 0xff bytes, so reads of unwritten shared
@@ -428,6 +435,26 @@ inline bool mbarrier_passed(block_run& r, uint32_t at, unsigned parity) {
 inline double kernel_seconds = 0;
 inline const bool skip_kernels = std::getenv("TESSERA_CUDA_EMU_SKIP_KERNELS") != nullptr;
 
+/// The order in which a block's threads run between two barriers (and blocks run): forward
+/// (threads and blocks by increasing index), reverse (both by decreasing index), or mixed
+/// (blocks forward; threads forward in block b's barrier interval j when b + j is even, in
+/// reverse otherwise). Set from TESSERA_CUDA_EMU_ORDER; tests may change it between launches.
+enum class thread_order { forward, reverse, mixed };
+
+inline thread_order order_from_environment() {
+  const char* v = std::getenv("TESSERA_CUDA_EMU_ORDER");
+  if (!v || std::strcmp(v, "mixed") == 0) return thread_order::mixed;
+  if (std::strcmp(v, "forward") == 0) return thread_order::forward;
+  if (std::strcmp(v, "reverse") == 0) return thread_order::reverse;
+  std::fprintf(stderr,
+               "tessera cuda emulation: TESSERA_CUDA_EMU_ORDER=%s is not one of "
+               "forward, reverse, mixed\n",
+               v);
+  std::abort();
+}
+
+inline thread_order order = order_from_environment();
+
 /// Runs body (the kernel call) for every thread of grid x block, blocks in order, and records
 /// launch errors in the host thread's error slot like the runtime. `kernel` identifies the kernel
 /// for its dynamic shared memory limit.
@@ -487,99 +514,106 @@ inline void launch(const char* what, dim3 grid, dim3 block, const std::function<
   blockDim = block;
   running = &r;
   const auto n = static_cast<size_t>(threads);
-  for (unsigned bz = 0; bz < grid.z; ++bz)
-    for (unsigned by = 0; by < grid.y; ++by)
-      for (unsigned bx = 0; bx < grid.x; ++bx) {
-        blockIdx = uint3{bx, by, bz};
-        std::memset(smem_base, 0xff, smem_bytes);  // undefined on a GPU
-        r.barriers.clear();
+  const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
+  const thread_order how = order;
+  for (uint64_t block_number = 0; block_number < blocks; ++block_number) {
+    const uint64_t b = how == thread_order::reverse ? blocks - 1 - block_number : block_number;
+    const unsigned bx = static_cast<unsigned>(b % grid.x);
+    const unsigned by = static_cast<unsigned>(b / grid.x % grid.y);
+    const unsigned bz = static_cast<unsigned>(b / (uint64_t{grid.x} * grid.y));
+    blockIdx = uint3{bx, by, bz};
+    std::memset(smem_base, 0xff, smem_bytes);  // undefined on a GPU
+    r.barriers.clear();
+    for (size_t i = 0; i < n; ++i) {
+      fiber& f = fibers[i];
+      prepare_fiber(f, r);
+    }
+    for (uint64_t interval = 0;; ++interval) {
+      const bool backwards =
+          how == thread_order::reverse || (how == thread_order::mixed && (b + interval) % 2 == 1);
+      // Run the ready threads; then wake those whose mbarrier phase has completed, and again.
+      for (bool woken = true; woken;) {
+        for (size_t k = 0; k < n; ++k) {
+          const size_t i = backwards ? n - 1 - k : k;
+          fiber& f = fibers[i];
+          if (f.state != fiber::ready) continue;
+          threadIdx = uint3{static_cast<unsigned>(i % block.x),
+                            static_cast<unsigned>(i / block.x % block.y),
+                            static_cast<unsigned>(i / (uint64_t{block.x} * block.y))};
+          resume_fiber(f, r);
+        }
+        woken = false;
         for (size_t i = 0; i < n; ++i) {
           fiber& f = fibers[i];
-          prepare_fiber(f, r);
-        }
-        for (;;) {
-          // Run the ready threads; then wake those whose mbarrier phase has completed, and again.
-          for (bool woken = true; woken;) {
-            for (size_t i = 0; i < n; ++i) {
-              fiber& f = fibers[i];
-              if (f.state != fiber::ready) continue;
-              threadIdx = uint3{static_cast<unsigned>(i % block.x),
-                                static_cast<unsigned>(i / block.x % block.y),
-                                static_cast<unsigned>(i / (uint64_t{block.x} * block.y))};
-              resume_fiber(f, r);
-            }
-            woken = false;
-            for (size_t i = 0; i < n; ++i) {
-              fiber& f = fibers[i];
-              if (f.state == fiber::polling && mbarrier_passed(r, f.poll_barrier, f.poll_parity)) {
-                f.state = fiber::ready;
-                woken = true;
-              }
-            }
+          if (f.state == fiber::polling && mbarrier_passed(r, f.poll_barrier, f.poll_parity)) {
+            f.state = fiber::ready;
+            woken = true;
           }
-          // Every thread must wait at the same __syncthreads: count those at the first one's.
-          // A thread still waiting on an mbarrier can never pass: its phase cannot complete.
-          const fiber* first = nullptr;
-          const fiber* other = nullptr;
-          const fiber* stuck = nullptr;
-          size_t waiting = 0, at_first = 0;
-          for (size_t i = 0; i < n; ++i) {
-            const fiber& f = fibers[i];
-            if (f.state == fiber::polling && !stuck) stuck = &f;
-            if (f.state != fiber::waiting) continue;
-            ++waiting;
-            if (!first) first = &f;
-            if (f.barrier_line == first->barrier_line &&
-                std::strcmp(f.barrier_file, first->barrier_file) == 0)
-              ++at_first;
-            else if (!other)
-              other = &f;
-          }
-          if (stuck) {
-            std::fprintf(stderr,
-                         "tessera cuda emulation: %s, block (%u, %u, %u): a thread waits on the "
-                         "mbarrier at shared byte %u (%s:%d) for a phase that cannot complete\n",
-                         what, bx, by, bz, stuck->poll_barrier, stuck->barrier_file,
-                         stuck->barrier_line);
-            running = nullptr;
-            dynamic_smem = nullptr;
-            record(cudaErrorLaunchFailure);
-            return;
-          }
-          if (waiting == 0) break;  // the block has finished
-          if (at_first != n) {
-            std::fprintf(stderr,
-                         "tessera cuda emulation: %s, block (%u, %u, %u): %zu of %zu threads wait "
-                         "at __syncthreads (%s:%d); ",
-                         what, bx, by, bz, at_first, n, first->barrier_file, first->barrier_line);
-            if (other)
-              std::fprintf(stderr, "others at %s:%d\n", other->barrier_file, other->barrier_line);
-            else
-              std::fprintf(stderr, "the other %zu have exited\n", n - waiting);
-            running = nullptr;
-            dynamic_smem = nullptr;
-            record(cudaErrorLaunchFailure);
-            return;
-          }
-          for (size_t i = 0; i < n; ++i) fibers[i].state = fiber::ready;
-        }
-        for (const auto& [at, b] : r.barriers)
-          if (!b.copies.empty()) {
-            std::fprintf(stderr,
-                         "tessera cuda emulation: the block ended with TMA copies on the mbarrier "
-                         "at shared byte %u never waited for\n",
-                         at);
-            r.failed = true;
-          }
-        if (r.failed) {
-          std::fprintf(stderr, "tessera cuda emulation: %s, block (%u, %u, %u) failed\n", what, bx,
-                       by, bz);
-          running = nullptr;
-          dynamic_smem = nullptr;
-          record(cudaErrorLaunchFailure);
-          return;
         }
       }
+      // Every thread must wait at the same __syncthreads: count those at the first one's.
+      // A thread still waiting on an mbarrier can never pass: its phase cannot complete.
+      const fiber* first = nullptr;
+      const fiber* other = nullptr;
+      const fiber* stuck = nullptr;
+      size_t waiting = 0, at_first = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const fiber& f = fibers[i];
+        if (f.state == fiber::polling && !stuck) stuck = &f;
+        if (f.state != fiber::waiting) continue;
+        ++waiting;
+        if (!first) first = &f;
+        if (f.barrier_line == first->barrier_line &&
+            std::strcmp(f.barrier_file, first->barrier_file) == 0)
+          ++at_first;
+        else if (!other)
+          other = &f;
+      }
+      if (stuck) {
+        std::fprintf(stderr,
+                     "tessera cuda emulation: %s, block (%u, %u, %u): a thread waits on the "
+                     "mbarrier at shared byte %u (%s:%d) for a phase that cannot complete\n",
+                     what, bx, by, bz, stuck->poll_barrier, stuck->barrier_file,
+                     stuck->barrier_line);
+        running = nullptr;
+        dynamic_smem = nullptr;
+        record(cudaErrorLaunchFailure);
+        return;
+      }
+      if (waiting == 0) break;  // the block has finished
+      if (at_first != n) {
+        std::fprintf(stderr,
+                     "tessera cuda emulation: %s, block (%u, %u, %u): %zu of %zu threads wait "
+                     "at __syncthreads (%s:%d); ",
+                     what, bx, by, bz, at_first, n, first->barrier_file, first->barrier_line);
+        if (other)
+          std::fprintf(stderr, "others at %s:%d\n", other->barrier_file, other->barrier_line);
+        else
+          std::fprintf(stderr, "the other %zu have exited\n", n - waiting);
+        running = nullptr;
+        dynamic_smem = nullptr;
+        record(cudaErrorLaunchFailure);
+        return;
+      }
+      for (size_t i = 0; i < n; ++i) fibers[i].state = fiber::ready;
+    }
+    for (const auto& [at, b] : r.barriers)
+      if (!b.copies.empty()) {
+        std::fprintf(stderr,
+                     "tessera cuda emulation: the block ended with TMA copies on the mbarrier "
+                     "at shared byte %u never waited for\n",
+                     at);
+        r.failed = true;
+      }
+    if (r.failed) {
+      std::fprintf(stderr, "tessera cuda emulation: %s, block (%u, %u, %u) failed\n", what, bx, by,
+                   bz);
+      running = nullptr;
+      dynamic_smem = nullptr;
+      record(cudaErrorLaunchFailure);
+      return;
+    }
+  }
   running = nullptr;
   dynamic_smem = nullptr;
 }
