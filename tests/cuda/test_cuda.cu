@@ -620,6 +620,9 @@ __global__ void last_block(int* out) {
   if (threadIdx.x == 0) *out = static_cast<int>(blockIdx.x);
 }
 
+/// Thread i writes v into p[i].
+__global__ void fill(int* p, int v) { p[threadIdx.x] = v; }
+
 /// Runs neighbour under `how` and returns, per (round, block), whether every thread read what
 /// its neighbour wrote that round.
 std::vector<bool> rounds_right(tessera_cuda_emulation::thread_order how, int blocks, int rounds,
@@ -660,6 +663,53 @@ TEST(CudaEmulationOrder, AMissingBarrierGivesAThreadItsNeighboursOldValue) {
   // block 1 of a launch, or round 2 of a loop, reads before its neighbour writes.
   EXPECT_EQ(rounds_right(thread_order::mixed, 2, 1, false), v({true, false}));
   EXPECT_EQ(rounds_right(thread_order::mixed, 1, 2, false), v({true, false}));
+}
+
+// The emulation's work queue: kernels, asynchronous copies and event records run when the host
+// waits for the device, the latest moment a GPU may run them, so host code that reads a result
+// or reuses a buffer a copy still reads without waiting sees what a slow GPU would show it.
+TEST(CudaEmulationQueue, WorkRunsWhenTheHostWaits) {
+  if (!tessera_cuda_emulation::defer_work) GTEST_SKIP() << "TESSERA_CUDA_EMU_DEFER=0";
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const ts::detail::cuda_scratch dev(4 * sizeof(int));
+  int* const d = static_cast<int*>(dev.get());  // host memory here: the test may look
+  std::fill(d, d + 4, 0);
+  cudaEvent_t done;
+  ASSERT_EQ(cudaEventCreate(&done), cudaSuccess);
+  ts::detail::cuda_launch("fill", order_probe::fill, dim3(1), dim3(4), d, 7);
+  ASSERT_EQ(cudaEventRecord(done, nullptr), cudaSuccess);
+  EXPECT_EQ(d[0], 0) << "the kernel ran at its launch";
+  EXPECT_EQ(cudaEventQuery(done), cudaErrorNotReady);
+  (void)cudaGetLastError();
+  ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+  EXPECT_EQ(std::vector<int>(d, d + 4), std::vector<int>(4, 7));
+  EXPECT_EQ(cudaEventQuery(done), cudaSuccess);
+
+  // From pinned memory the copy reads the source when it runs; from pageable memory, at the call.
+  int* pinned = nullptr;
+  ASSERT_EQ(cudaHostAlloc(reinterpret_cast<void**>(&pinned), 4 * sizeof(int), 0), cudaSuccess);
+  std::vector<int> pageable(4, 1);
+  std::fill(pinned, pinned + 4, 1);
+  ASSERT_EQ(cudaMemcpyAsync(d, pinned, 2 * sizeof(int), cudaMemcpyHostToDevice, nullptr),
+            cudaSuccess);
+  ASSERT_EQ(
+      cudaMemcpyAsync(d + 2, pageable.data(), 2 * sizeof(int), cudaMemcpyHostToDevice, nullptr),
+      cudaSuccess);
+  std::fill(pinned, pinned + 4, 2);
+  std::fill(pageable.begin(), pageable.end(), 2);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(std::vector<int>(d, d + 4), (std::vector<int>{2, 2, 1, 1}));
+  // Into pinned memory the copy lands when it runs; into pageable memory before the call returns.
+  ASSERT_EQ(cudaMemcpyAsync(pinned, d, 4 * sizeof(int), cudaMemcpyDeviceToHost, nullptr),
+            cudaSuccess);
+  EXPECT_EQ(pinned[2], 2) << "the copy into pinned memory ran at its call";
+  ASSERT_EQ(cudaMemcpyAsync(pageable.data(), d, 4 * sizeof(int), cudaMemcpyDeviceToHost, nullptr),
+            cudaSuccess);
+  EXPECT_EQ(pageable, (std::vector<int>{2, 2, 1, 1}));
+  EXPECT_EQ(std::vector<int>(pinned, pinned + 4), (std::vector<int>{2, 2, 1, 1}))
+      << "the copy into pageable memory waited for the queue";
+  ASSERT_EQ(cudaFreeHost(pinned), cudaSuccess);
+  ASSERT_EQ(cudaEventDestroy(done), cudaSuccess);
 }
 
 TEST(CudaEmulationOrder, ReverseRunsBlocksFromTheLast) {

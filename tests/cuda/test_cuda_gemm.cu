@@ -780,14 +780,23 @@ TEST(CudaEmulationTma, CopiesLandSwizzledWithZerosWhenTheirPhaseCompletes) {
       const int at = (r * 128 + c) ^ ((r % 8) << 4);  // the 128-byte swizzle
       ASSERT_EQ(got[static_cast<size_t>(at)], want) << "box row " << r << ", byte " << c;
     }
-  // A phase expecting more bytes than come never completes: the launch fails.
-  EXPECT_THROW(d::cuda_launch_smem("copy_box", tma_probe::copy_box, dim3(1), dim3(2), bytes + 8, op,
-                                   0, 0, uint32_t{bytes + 16}, b, o, bytes),
-               ts::backend_error);
+  // A phase expecting more bytes than come never completes: the kernel fails, reported (as on a
+  // GPU) by the next wait for the device.
+  EXPECT_THROW(
+      {
+        d::cuda_launch_smem("copy_box", tma_probe::copy_box, dim3(1), dim3(2), bytes + 8, op, 0, 0,
+                            uint32_t{bytes + 16}, b, o, bytes);
+        d::cuda_wait_device();
+      },
+      ts::backend_error);
   // Fewer: the copy brings more than expected.
-  EXPECT_THROW(d::cuda_launch_smem("copy_box", tma_probe::copy_box, dim3(1), dim3(2), bytes + 8, op,
-                                   0, 0, uint32_t{bytes - 16}, b, o, bytes),
-               ts::backend_error);
+  EXPECT_THROW(
+      {
+        d::cuda_launch_smem("copy_box", tma_probe::copy_box, dim3(1), dim3(2), bytes + 8, op, 0, 0,
+                            uint32_t{bytes - 16}, b, o, bytes);
+        d::cuda_wait_device();
+      },
+      ts::backend_error);
   // The driver's checks: a row stride that is not a multiple of 16 bytes.
   EXPECT_FALSE(d::cuda_tma_operand_of(op, m.data(), 1, cols, rows, 70, 1, 0, box_rows));
 }

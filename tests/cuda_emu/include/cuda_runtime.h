@@ -52,8 +52,11 @@
 //    barrier, so every warp of the block must make the same collective calls in the same order,
 //    stricter than a GPU), and computes its own share of the result from the lanes' operands as
 //    the PTX ISA assigns them, so a kernel that gets a fragment layout wrong gets wrong results.
-// What it does not model: performance, streams (everything is synchronous), more than one
-// device, atomics, shuffles and votes. A kernel that needs those does not compile here, which is
+//  - asynchrony: kernels, asynchronous copies and memsets and event records are queued and run
+//    only when the host waits for the device (work_queue below), so host code that reads a
+//    result or refills a pinned buffer without waiting sees stale data, as with a slow GPU.
+// What it does not model: performance, streams running concurrently (one queue in call order
+// serves them all), more than one device, atomics, shuffles and votes. A kernel that needs those does not compile here, which is
 // the signal to extend this file.
 #pragma once
 
@@ -455,6 +458,66 @@ inline thread_order order_from_environment() {
 
 inline thread_order order = order_from_environment();
 
+/// When TMA copies land: late (default), when their barrier's phase completes, so a thread that
+/// reads a stage without waiting for its barrier reads stale data; or early, at once when
+/// issued, so a producer that refills a stage before the readers of its previous contents are
+/// done (a barrier released too soon) overwrites what they still read (with wgmma running late,
+/// the default). Tests run kernels both ways, and with wgmma_runs_early; a GPU lands them
+/// anywhere in between.
+inline bool tma_lands_early = false;
+/// Whether wgmma.mma_async runs at once (the earliest moment) or at its wait (the latest).
+inline bool wgmma_runs_early = false;
+
+/// Whether work reaches the device as on a GPU: queued, to run when the host synchronizes (the
+/// default), or at its call (TESSERA_CUDA_EMU_DEFER=0, for debugging).
+inline const bool defer_work = [] {
+  const char* v = std::getenv("TESSERA_CUDA_EMU_DEFER");
+  return !(v && std::strcmp(v, "0") == 0);
+}();
+
+/// The device's work queue: kernels, asynchronous copies and memsets, event records, in the
+/// order of their calls (one queue for every stream, an order the CUDA model allows). Nothing
+/// runs until the host synchronizes: cudaDeviceSynchronize, cudaStreamSynchronize,
+/// cudaEventSynchronize, a blocking cudaMemcpy, a cudaMemcpyAsync to pageable host memory,
+/// cudaFree, cudaFreeHost and cudaEventDestroy run the whole queue first. So host code that reads
+/// a result, or reuses a pinned buffer that a copy still has to read, without waiting for the
+/// device sees the data as it was before the work, as it may on a GPU (the latest moment the
+/// device may run it). A queued item returns its error; the first one is reported by the
+/// synchronizing call, as a GPU reports a kernel's fault.
+struct work_queue {
+  std::mutex mu;
+  std::deque<std::function<cudaError_t()>> items;
+  static work_queue& get() {
+    static auto* q = new work_queue;  // never destroyed: work may be queued at exit
+    return *q;
+  }
+};
+
+/// Queues `work` (or, without defer_work, runs it now and records its error).
+inline void enqueue(std::function<cudaError_t()> work) {
+  if (!defer_work) {
+    record(work());
+    return;
+  }
+  auto& q = work_queue::get();
+  std::lock_guard lock(q.mu);
+  q.items.push_back(std::move(work));
+}
+
+/// Runs the queued work in order; returns the first error an item raised.
+inline cudaError_t run_queued_work() {
+  auto& q = work_queue::get();
+  std::lock_guard lock(q.mu);
+  cudaError_t first = cudaSuccess;
+  while (!q.items.empty()) {
+    const auto work = std::move(q.items.front());
+    q.items.pop_front();
+    const cudaError_t e = work();
+    if (first == cudaSuccess) first = e;
+  }
+  return first;
+}
+
 /// Runs body (the kernel call) for every thread of grid x block, blocks in order, and records
 /// launch errors in the host thread's error slot like the runtime. `kernel` identifies the kernel
 /// for its dynamic shared memory limit.
@@ -462,7 +525,13 @@ inline thread_order order = order_from_environment();
 /// an op used; work itself runs at once whatever the stream).
 inline thread_local cudaStream_t last_stream = nullptr;
 
-inline void launch(const char* what, dim3 grid, dim3 block, const std::function<void()>& body,
+inline void run_launch(const char* what, dim3 grid, dim3 block, const std::function<void()>& body,
+                       size_t smem_bytes, thread_order how);
+
+/// Checks a launch's configuration as the driver does at the call (a bad one is recorded in the
+/// calling thread's error slot) and queues the kernel run, with the thread order and the TMA and
+/// wgmma timing in force now. `body` must hold the kernel's arguments by value.
+inline void launch(const char* what, dim3 grid, dim3 block, std::function<void()> body,
                    size_t smem_bytes = 0, const void* kernel = nullptr,
                    cudaStream_t stream = nullptr) {
   last_stream = stream;
@@ -478,6 +547,34 @@ inline void launch(const char* what, dim3 grid, dim3 block, const std::function<
     return;
   }
   if (skip_kernels) return;
+  if (smem_bytes > default_dynamic_smem && smem_bytes > dynamic_smem_limit(kernel)) {
+    std::fprintf(stderr,
+                 "tessera cuda emulation: %s asks for %zu bytes of dynamic shared memory "
+                 "without cudaFuncSetAttribute allowing it\n",
+                 what, smem_bytes);
+    record(cudaErrorInvalidValue);
+    return;
+  }
+  enqueue([what, grid, block, body = std::move(body), smem_bytes, how = order,
+           tma_early = tma_lands_early, wgmma_early = wgmma_runs_early] {
+    const bool saved_tma = tma_lands_early, saved_wgmma = wgmma_runs_early;
+    tma_lands_early = tma_early;
+    wgmma_runs_early = wgmma_early;
+    const cudaError_t saved_error = last_error;
+    last_error = cudaSuccess;
+    run_launch(what, grid, block, body, smem_bytes, how);
+    const cudaError_t e = last_error;
+    last_error = saved_error;
+    tma_lands_early = saved_tma;
+    wgmma_runs_early = saved_wgmma;
+    return e;
+  });
+}
+
+/// Runs a queued launch: every thread of grid x block, as fibers, in `how` order; a fault is
+/// recorded in the running host thread's error slot.
+inline void run_launch(const char* what, dim3 grid, dim3 block, const std::function<void()>& body,
+                       size_t smem_bytes, thread_order how) {
   static std::mutex device_mu;  // one device: launches from several host threads take turns
   std::lock_guard lock(device_mu);
   const auto started = std::chrono::steady_clock::now();
@@ -488,16 +585,7 @@ inline void launch(const char* what, dim3 grid, dim3 block, const std::function<
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
   } time_it{started};
-  if (smem_bytes > default_dynamic_smem) {
-    if (smem_bytes > dynamic_smem_limit(kernel)) {
-      std::fprintf(stderr,
-                   "tessera cuda emulation: %s asks for %zu bytes of dynamic shared memory "
-                   "without cudaFuncSetAttribute allowing it\n",
-                   what, smem_bytes);
-      record(cudaErrorInvalidValue);
-      return;
-    }
-  }
+  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
   // 1024-byte aligned, so that shared addresses (offsets from here, smem_address) have the
   // alignment of the pointers, as in a GPU's shared window (wgmma's swizzle atoms rely on it).
   std::vector<unsigned char> smem(smem_bytes + 1024);
@@ -515,7 +603,6 @@ inline void launch(const char* what, dim3 grid, dim3 block, const std::function<
   running = &r;
   const auto n = static_cast<size_t>(threads);
   const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
-  const thread_order how = order;
   for (uint64_t block_number = 0; block_number < blocks; ++block_number) {
     const uint64_t b = how == thread_order::reverse ? blocks - 1 - block_number : block_number;
     const unsigned bx = static_cast<unsigned>(b % grid.x);
@@ -658,10 +745,9 @@ inline void cp_async_wait(size_t newest_pending) {
 /// group complete, the latest moment a GPU may do it. So a kernel that rewrites a stage before
 /// waiting for the wgmma that read it, or reads its accumulators before the wait, computes
 /// wrong results here.
-/// With wgmma_runs_early, each runs at once instead, the earliest moment a GPU may: then a
-/// kernel that issues wgmma on a stage before its data is final (copies landed, tf32 rounding
-/// done) computes on the stale data.
-inline bool wgmma_runs_early = false;
+/// With wgmma_runs_early (declared with launch), each runs at once instead, the earliest moment
+/// a GPU may: then a kernel that issues wgmma on a stage before its data is final (copies
+/// landed, tf32 rounding done) computes on the stale data.
 inline void wgmma_issue(std::function<void()> run) {
   fiber& f = current_fiber("wgmma.mma_async");
   if (wgmma_runs_early)
@@ -728,13 +814,7 @@ inline void mbarrier_wait(uint32_t at, unsigned parity, const char* file, int li
   }
 }
 
-/// When TMA copies land: late (default), when their barrier's phase completes, so a thread that
-/// reads a stage without waiting for its barrier reads stale data; or early, at once when
-/// issued, so a producer that refills a stage before the readers of its previous contents are
-/// done (a barrier released too soon) overwrites what they still read (with wgmma running late,
-/// the default). Tests run kernels both ways, and with wgmma_runs_early; a GPU lands them
-/// anywhere in between.
-inline bool tma_lands_early = false;
+/// When TMA copies land: tma_lands_early, declared with launch.
 
 /// Queues a TMA copy of `bytes` on the mbarrier at `at` (cuda.h's tma_load): `land` performs it
 /// when the barrier's current phase completes (or now: tma_lands_early). A copy whose
@@ -920,15 +1000,13 @@ cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute attr, int value) {
   tessera_cuda_emulation::dynamic_smem_limit(reinterpret_cast<const void*>(kernel), &bytes);
   return cudaSuccess;
 }
-// Events. Work runs at its call here, but an event reports "not ready" until the next
-// synchronization after it was recorded, as it would while the device is still busy: code that
-// keeps resources alive until their event completes is tested on that path.
-namespace tessera_cuda_emulation {
-inline std::atomic<uint64_t> sync_epoch{1};
-}  // namespace tessera_cuda_emulation
+// Events. A record is queued work like any other: the event reports "not ready" until the
+// queue runs (the next synchronization), as it would while the device is still busy, so code
+// that keeps resources alive until their event completes is tested on that path.
 struct CUevent_st {
-  uint64_t recorded_epoch = 0;                 // 0: never recorded (complete)
-  std::chrono::steady_clock::time_point at{};  // host time of the record (work ran before it)
+  uint64_t recorded = 0;                       // records made
+  uint64_t completed = 0;                      // records the device has reached (equal: complete)
+  std::chrono::steady_clock::time_point at{};  // host time the latest record was reached
 };
 typedef struct CUevent_st* cudaEvent_t;
 enum { cudaEventDefault = 0, cudaEventBlockingSync = 1, cudaEventDisableTiming = 2 };
@@ -937,17 +1015,29 @@ inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) {
   return cudaSuccess;
 }
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
+inline cudaError_t cudaDeviceSynchronize() {
+  return tessera_cuda_emulation::record(tessera_cuda_emulation::run_queued_work());
+}
+/// The runtime lets an event be destroyed with its record still queued; here the queue runs
+/// first, so that no queued record outlives its event.
 inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  const cudaError_t r = cudaDeviceSynchronize();
   delete e;
-  return cudaSuccess;
+  return r;
 }
-inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) {
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream = nullptr) {
   if (!e) return tessera_cuda_emulation::record(cudaErrorInvalidValue);
-  e->recorded_epoch = tessera_cuda_emulation::sync_epoch.load();
-  e->at = std::chrono::steady_clock::now();
+  tessera_cuda_emulation::last_stream = stream;
+  const uint64_t n = ++e->recorded;
+  tessera_cuda_emulation::enqueue([e, n] {
+    e->completed = n;
+    e->at = std::chrono::steady_clock::now();
+    return cudaSuccess;
+  });
   return cudaSuccess;
 }
-/// Milliseconds between two records: host time, since emulated work runs at its call.
+/// Milliseconds between two records: host time of their completion (the emulated device runs
+/// the queued work between them).
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t stop) {
   if (!ms || !start || !stop) return tessera_cuda_emulation::record(cudaErrorInvalidValue);
   *ms = std::chrono::duration<float, std::milli>(stop->at - start->at).count();
@@ -957,17 +1047,13 @@ inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_
 /// (callers clear it).
 inline cudaError_t cudaEventQuery(cudaEvent_t e) {
   if (!e) return tessera_cuda_emulation::record(cudaErrorInvalidValue);
-  return e->recorded_epoch == tessera_cuda_emulation::sync_epoch.load()
-             ? tessera_cuda_emulation::record(cudaErrorNotReady)
-             : cudaSuccess;
+  return e->completed != e->recorded ? tessera_cuda_emulation::record(cudaErrorNotReady)
+                                     : cudaSuccess;
 }
-inline cudaError_t cudaDeviceSynchronize() {
-  ++tessera_cuda_emulation::sync_epoch;
-  return cudaSuccess;
-}
+// Waiting for one stream or event runs the whole queue (a GPU may have finished it all).
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaDeviceSynchronize(); }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaDeviceSynchronize(); }
-// Streams: distinct handles, all running their work at once (in call order).
+// Streams: distinct handles, their work in one queue in call order.
 enum { cudaStreamDefault = 0, cudaStreamNonBlocking = 1 };
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int flags) {
   *s = new CUstream_st{flags};
@@ -980,7 +1066,7 @@ inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
   delete s;
   return cudaSuccess;
 }
-/// Work already ran, so the wait is satisfied at once.
+/// The queue runs in call order, so work queued after the wait runs after the record.
 inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned int = 0) {
   return e ? cudaSuccess : tessera_cuda_emulation::record(cudaErrorInvalidValue);
 }
@@ -1006,8 +1092,10 @@ cudaError_t cudaMalloc(T** p, size_t bytes) {
   return cudaMalloc(reinterpret_cast<void**>(p), bytes);
 }
 
+/// Like the runtime's, waits for the device first (queued work may still use the block).
 inline cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
+  if (const cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return e;
   auto& m = tessera_cuda_emulation::device_memory::get();
   {
     std::lock_guard lock(m.mu);
@@ -1028,14 +1116,42 @@ inline cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   return cudaSuccess;
 }
 
-inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-  auto& m = tessera_cuda_emulation::device_memory::get();
+namespace tessera_cuda_emulation {
+/// Whether a copy's direction agrees with where its ends are (device blocks live or not).
+inline bool copy_ends_agree(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  auto& m = device_memory::get();
   const bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
   const bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
-  if ((dst_dev && !m.holds(dst, bytes)) || (src_dev && !m.holds(src, bytes)) ||
-      (!dst_dev && kind != cudaMemcpyDefault && m.holds(dst, 1)) ||
-      (!src_dev && kind != cudaMemcpyDefault && m.holds(src, 1)))
+  return !((dst_dev && !m.holds(dst, bytes)) || (src_dev && !m.holds(src, bytes)) ||
+           (!dst_dev && kind != cudaMemcpyDefault && m.holds(dst, 1)) ||
+           (!src_dev && kind != cudaMemcpyDefault && m.holds(src, 1)));
+}
+
+/// Pinned host blocks (cudaHostAlloc): asynchronous copies to and from them are queued work;
+/// copies to and from other (pageable) host memory are not (see cudaMemcpyAsync).
+struct pinned_memory {
+  std::mutex mu;
+  std::map<uintptr_t, size_t> blocks;
+  static pinned_memory& get() {
+    static auto* m = new pinned_memory;
+    return *m;
+  }
+  bool holds(const void* p) {
+    std::lock_guard lock(mu);
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    auto it = blocks.upper_bound(a);
+    if (it == blocks.begin()) return false;
+    --it;
+    return a - it->first < it->second;
+  }
+};
+}  // namespace tessera_cuda_emulation
+
+/// Waits for the device (the queue runs first), then copies.
+inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (!tessera_cuda_emulation::copy_ends_agree(dst, src, bytes, kind))
     return tessera_cuda_emulation::record(cudaErrorInvalidValue);
+  if (const cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return e;
   if (bytes) std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
@@ -1044,6 +1160,9 @@ inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemc
 enum { cudaHostAllocDefault = 0, cudaHostAllocPortable = 1, cudaHostAllocMapped = 2 };
 inline cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) {
   *p = ::operator new (bytes ? bytes : 1, std::align_val_t{256});
+  auto& m = tessera_cuda_emulation::pinned_memory::get();
+  std::lock_guard lock(m.mu);
+  m.blocks.emplace(reinterpret_cast<uintptr_t>(*p), bytes ? bytes : 1);
   return cudaSuccess;
 }
 inline cudaError_t cudaHostGetDevicePointer(void** d, void* host, unsigned int flags) {
@@ -1051,9 +1170,16 @@ inline cudaError_t cudaHostGetDevicePointer(void** d, void* host, unsigned int f
   *d = host;
   return cudaSuccess;
 }
+/// Like the runtime's, waits for the device first (queued copies may still use the block).
 inline cudaError_t cudaFreeHost(void* p) {
+  const cudaError_t e = cudaDeviceSynchronize();
+  {
+    auto& m = tessera_cuda_emulation::pinned_memory::get();
+    std::lock_guard lock(m.mu);
+    m.blocks.erase(reinterpret_cast<uintptr_t>(p));
+  }
   ::operator delete (p, std::align_val_t{256});
-  return cudaSuccess;
+  return e;
 }
 
 inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes,
@@ -1061,11 +1187,38 @@ inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes,
   tessera_cuda_emulation::last_stream = stream;
   if (!tessera_cuda_emulation::device_memory::get().holds(dst, bytes))
     return tessera_cuda_emulation::record(cudaErrorInvalidValue);
-  if (bytes) std::memset(dst, value, bytes);
+  if (bytes)
+    tessera_cuda_emulation::enqueue([dst, value, bytes] {
+      std::memset(dst, value, bytes);
+      return cudaSuccess;
+    });
   return cudaSuccess;
 }
+/// Queued, as on a GPU, except where the runtime does otherwise with pageable host memory: a
+/// copy from it reads the source before returning (the driver stages it), and a copy into it
+/// returns when the data is there (so the queue runs first).
 inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                                    cudaStream_t stream = nullptr) {
-  tessera_cuda_emulation::last_stream = stream;
-  return cudaMemcpy(dst, src, bytes, kind);
+  namespace emu = tessera_cuda_emulation;
+  emu::last_stream = stream;
+  if (!emu::copy_ends_agree(dst, src, bytes, kind)) return emu::record(cudaErrorInvalidValue);
+  if (!bytes) return cudaSuccess;
+  auto& dev = emu::device_memory::get();
+  const bool src_pageable = !dev.holds(src, 1) && !emu::pinned_memory::get().holds(src);
+  const bool dst_pageable = !dev.holds(dst, 1) && !emu::pinned_memory::get().holds(dst);
+  if (dst_pageable) return cudaMemcpy(dst, src, bytes, kind);
+  if (src_pageable) {
+    auto staged = std::make_shared<std::vector<unsigned char>>(
+        static_cast<const unsigned char*>(src), static_cast<const unsigned char*>(src) + bytes);
+    emu::enqueue([dst, staged] {
+      std::memcpy(dst, staged->data(), staged->size());
+      return cudaSuccess;
+    });
+    return cudaSuccess;
+  }
+  emu::enqueue([dst, src, bytes] {
+    std::memmove(dst, src, bytes);
+    return cudaSuccess;
+  });
+  return cudaSuccess;
 }
