@@ -712,6 +712,61 @@ TEST(CudaEmulationQueue, WorkRunsWhenTheHostWaits) {
   ASSERT_EQ(cudaEventDestroy(done), cudaSuccess);
 }
 
+// Streams in the queue: work on different streams runs latest first unless an event wait, or
+// the legacy stream's ordering with blocking streams, orders it; a stream's wait runs only what
+// that stream needs.
+TEST(CudaEmulationQueue, StreamsRunInWhateverOrderTheirWaitsAllow) {
+  if (!tessera_cuda_emulation::defer_work) GTEST_SKIP() << "TESSERA_CUDA_EMU_DEFER=0";
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const ts::detail::cuda_scratch xs(4 * sizeof(int)), ys(4 * sizeof(int));
+  int* const x = static_cast<int*>(xs.get());
+  int* const y = static_cast<int*>(ys.get());
+  cudaStream_t a, b, c;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreate(&c), cudaSuccess);  // blocking
+  cudaEvent_t ev;
+  ASSERT_EQ(cudaEventCreate(&ev), cudaSuccess);
+  const auto bytes_of = [](int v) { return v * 0x01010101; };
+  const auto copy_x_to_y = [&](cudaStream_t s) {
+    ASSERT_EQ(cudaMemcpyAsync(y, x, 4 * sizeof(int), cudaMemcpyDeviceToDevice, s), cudaSuccess);
+  };
+  std::fill(x, x + 4, 0);
+  std::fill(y, y + 4, 0);
+  // b copies what a writes, without waiting: b's copy runs first.
+  ASSERT_EQ(cudaMemsetAsync(x, 1, 4 * sizeof(int), a), cudaSuccess);
+  copy_x_to_y(b);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(x[0], bytes_of(1));
+  EXPECT_EQ(y[0], 0) << "b's copy ran after a's memset without a wait";
+  // With the wait, after it.
+  ASSERT_EQ(cudaMemsetAsync(x, 2, 4 * sizeof(int), a), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(ev, a), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(b, ev, 0), cudaSuccess);
+  copy_x_to_y(b);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(y[0], bytes_of(2));
+  // Waiting for b runs b's work, not a's.
+  ASSERT_EQ(cudaMemsetAsync(x, 3, 4 * sizeof(int), a), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(y, 4, 4 * sizeof(int), b), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(b), cudaSuccess);
+  EXPECT_EQ(y[0], bytes_of(4));
+  EXPECT_EQ(x[0], bytes_of(2)) << "waiting for b ran a's memset";
+  ASSERT_EQ(cudaStreamSynchronize(a), cudaSuccess);
+  EXPECT_EQ(x[0], bytes_of(3));
+  // The legacy stream waits for a blocking stream's work, not for a non-blocking one's.
+  ASSERT_EQ(cudaMemsetAsync(x, 5, 4 * sizeof(int), c), cudaSuccess);
+  copy_x_to_y(cudaStreamLegacy);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(y[0], bytes_of(5));
+  ASSERT_EQ(cudaMemsetAsync(x, 6, 4 * sizeof(int), a), cudaSuccess);
+  copy_x_to_y(cudaStreamLegacy);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(y[0], bytes_of(5)) << "the legacy stream waited for a non-blocking stream";
+  ASSERT_EQ(cudaEventDestroy(ev), cudaSuccess);
+  for (cudaStream_t s : {a, b, c}) ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
+}
+
 TEST(CudaEmulationOrder, ReverseRunsBlocksFromTheLast) {
   using tessera_cuda_emulation::thread_order;
   const auto saved = tessera_cuda_emulation::order;

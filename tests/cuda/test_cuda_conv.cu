@@ -380,6 +380,43 @@ TEST_F(CudaConvOps, TapTablesAreBuiltOncePerGeometry) {
   expect_close(second.to<ts::cpu>(), ts::conv2d(x, w, o), 0, 0, "conv2d, table reused");
 }
 
+// A table is built on the stream of its first use; another stream that then uses it waits for
+// the build on the device (an event), not for the first stream's other work. (In the emulation
+// the second stream's work runs before the first's unless that wait orders it.)
+TEST_F(CudaConvOps, ATapTableBuiltOnOneStreamServesAnother) {
+  const auto x = ints<float>({1, 5, 17, 19}, 430), w = ints<float>({3, 5, 3, 3}, 431);
+  const ts::Conv2dOptions o{.padding = {2, 1}, .dilation = {3, 1}};  // a geometry of its own
+  const auto want = ts::conv2d(x, w, o);
+  const auto xd = x.to<ts::cuda>(), wd = w.to<ts::cuda>();
+  ts::backend::memory<ts::cuda>::synchronize();
+  cudaStream_t a = nullptr, b = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking), cudaSuccess);
+  {
+    ts::Tensor<float, ts::cuda> ya, yb;
+    int64_t on_a = 0, on_b = 0;
+    {
+      const ts::cuda_stream_guard g(a);
+      const int64_t before = ts::cuda_activity_counts().launches;
+      ya = ts::conv2d(xd, wd, o);  // builds the table
+      on_a = ts::cuda_activity_counts().launches - before;
+    }
+    {
+      const ts::cuda_stream_guard g(b);
+      const int64_t before = ts::cuda_activity_counts().launches;
+      yb = ts::conv2d(xd, wd, o);
+      on_b = ts::cuda_activity_counts().launches - before;
+      expect_close(yb.to<ts::cpu>(), want, 0, 0, "conv2d on the second stream");  // waits on b
+    }
+    EXPECT_EQ(on_b, on_a - 1) << "the second stream built the table again";
+    const ts::cuda_stream_guard g(a);
+    expect_close(ya.to<ts::cpu>(), want, 0, 0, "conv2d on the first stream");
+  }
+  ts::backend::memory<ts::cuda>::synchronize();
+  ASSERT_EQ(cudaStreamDestroy(a), cudaSuccess);
+  ASSERT_EQ(cudaStreamDestroy(b), cudaSuccess);
+}
+
 // The weight gradient as implicit GEMM: one launch per group with k whole, two (product and
 // reduction) with k split, none of them lowering the input or regrouping dy; the same sums as the
 // CPU's, exactly (small integers), on every case. float and double run on the SIMT kernel; half,

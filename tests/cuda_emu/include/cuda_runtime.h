@@ -52,12 +52,14 @@
 //    barrier, so every warp of the block must make the same collective calls in the same order,
 //    stricter than a GPU), and computes its own share of the result from the lanes' operands as
 //    the PTX ISA assigns them, so a kernel that gets a fragment layout wrong gets wrong results.
-//  - asynchrony: kernels, asynchronous copies and memsets and event records are queued and run
-//    only when the host waits for the device (work_queue below), so host code that reads a
-//    result or refills a pinned buffer without waiting sees stale data, as with a slow GPU.
-// What it does not model: performance, streams running concurrently (one queue in call order
-// serves them all), more than one device, atomics, shuffles and votes. A kernel that needs those does not compile here, which is
-// the signal to extend this file.
+//  - asynchrony and streams: kernels, asynchronous copies and memsets, event records and waits
+//    are queued on their streams and run only when the host waits for them, unrelated streams'
+//    work in the reverse of its call order (work_queue below), so host code that reads a result
+//    or refills a pinned buffer without waiting, or a stream that uses another's result without
+//    an event, sees stale data, as it may on a GPU.
+// What it does not model: performance, work running concurrently, more than one device,
+// atomics, shuffles and votes. A kernel that needs those
+// does not compile here, which is the signal to extend this file.
 #pragma once
 
 #if defined(__CUDACC__)
@@ -475,47 +477,125 @@ inline const bool defer_work = [] {
   return !(v && std::strcmp(v, "0") == 0);
 }();
 
-/// The device's work queue: kernels, asynchronous copies and memsets, event records, in the
-/// order of their calls (one queue for every stream, an order the CUDA model allows). Nothing
-/// runs until the host synchronizes: cudaDeviceSynchronize, cudaStreamSynchronize,
-/// cudaEventSynchronize, a blocking cudaMemcpy, a cudaMemcpyAsync to pageable host memory,
-/// cudaFree, cudaFreeHost and cudaEventDestroy run the whole queue first. So host code that reads
-/// a result, or reuses a pinned buffer that a copy still has to read, without waiting for the
-/// device sees the data as it was before the work, as it may on a GPU (the latest moment the
-/// device may run it). A queued item returns its error; the first one is reported by the
-/// synchronizing call, as a GPU reports a kernel's fault.
+/// The device's work: kernels, asynchronous copies and memsets, event records and event waits,
+/// each queued on its stream. Nothing runs until the host waits: cudaStreamSynchronize runs what
+/// the stream's last item needs, cudaEventSynchronize what the event's record needs, a blocking
+/// cudaMemcpy or a cudaMemcpyAsync to pageable memory what the copy needs, and
+/// cudaDeviceSynchronize, cudaFree, cudaFreeHost and cudaEventDestroy everything. An item runs
+/// after the one before it on its stream, after the event records its stream was told to wait
+/// for (cudaStreamWaitEvent), and, between the legacy default stream and the blocking streams
+/// (those made without cudaStreamNonBlocking), after the other side's last item, as the CUDA
+/// model orders them; nothing else orders it. Of the items ready to run the latest queued runs
+/// first, so work on different streams runs in the reverse of its call order unless something
+/// orders it. So host code that reads a result or refills a pinned buffer without waiting for
+/// the right work, or a stream that uses another's result without waiting for its event, sees the
+/// data as it was before that work, as it may on a GPU. A queued item returns its error; the
+/// first one is reported by the waiting call, as a GPU reports a kernel's fault.
 struct work_queue {
+  struct item {
+    std::vector<uint64_t> after;  // items that must run first (some may have run)
+    std::function<cudaError_t()> work;
+  };
+  struct stream_state {
+    uint64_t last = 0;  // the last item queued on the stream (0: none)
+    bool blocking = true;
+  };
   std::mutex mu;
-  std::deque<std::function<cudaError_t()>> items;
+  uint64_t next_id = 1;
+  std::map<uint64_t, item> pending;              // by id, in call order
+  std::map<cudaStream_t, stream_state> streams;  // the legacy stream under cudaStreamLegacy
   static work_queue& get() {
     static auto* q = new work_queue;  // never destroyed: work may be queued at exit
     return *q;
   }
+  static cudaStream_t key(cudaStream_t s) { return s ? s : cudaStreamLegacy; }
+  bool is_pending(uint64_t id) const { return id != 0 && pending.count(id) != 0; }
+  /// Queues work on stream s, ordered after `extra` too; returns its id.
+  uint64_t add(cudaStream_t s, std::function<cudaError_t()> work, uint64_t extra = 0) {
+    const cudaStream_t k = key(s);
+    stream_state& st = streams[k];
+    if (k != cudaStreamLegacy && k != cudaStreamPerThread) st.blocking = (k->flags & 1u) == 0;
+    item it{{}, std::move(work)};
+    if (is_pending(st.last)) it.after.push_back(st.last);
+    if (is_pending(extra)) it.after.push_back(extra);
+    if (k == cudaStreamLegacy) {
+      for (const auto& [other, o] : streams)
+        if (other != k && o.blocking && is_pending(o.last)) it.after.push_back(o.last);
+    } else if (st.blocking) {
+      const auto legacy = streams.find(cudaStreamLegacy);
+      if (legacy != streams.end() && is_pending(legacy->second.last))
+        it.after.push_back(legacy->second.last);
+    }
+    const uint64_t id = next_id++;
+    pending.emplace(id, std::move(it));
+    st.last = id;
+    return id;
+  }
+  /// Runs `targets` (0 for none) and every pending item they need, or everything (all); returns
+  /// the first error one of them raised.
+  cudaError_t run(std::vector<uint64_t> targets, bool all) {
+    std::map<uint64_t, bool> needed;  // id -> whether run
+    if (all)
+      for (const auto& [id, it] : pending) needed.emplace(id, false);
+    while (!targets.empty()) {
+      const uint64_t id = targets.back();
+      targets.pop_back();
+      if (!is_pending(id) || !needed.emplace(id, false).second) continue;
+      for (const uint64_t a : pending.at(id).after) targets.push_back(a);
+    }
+    cudaError_t first = cudaSuccess;
+    for (size_t left = needed.size(); left > 0; --left) {
+      // The latest queued item whose predecessors have all run.
+      uint64_t pick = 0;
+      for (auto it = needed.rbegin(); it != needed.rend() && pick == 0; ++it) {
+        if (it->second) continue;
+        bool ready = true;
+        for (const uint64_t a : pending.at(it->first).after) ready = ready && !is_pending(a);
+        if (ready) pick = it->first;
+      }
+      needed[pick] = true;
+      const auto work = std::move(pending.at(pick).work);
+      pending.erase(pick);
+      const cudaError_t e = work();
+      if (first == cudaSuccess) first = e;
+    }
+    return first;
+  }
 };
 
-/// Queues `work` (or, without defer_work, runs it now and records its error).
-inline void enqueue(std::function<cudaError_t()> work) {
+/// Queues `work` on `stream`, after `extra` as well (or, without defer_work, runs it now and
+/// records its error); returns its id in the queue (0 when it ran).
+inline uint64_t enqueue(cudaStream_t stream, std::function<cudaError_t()> work,
+                        uint64_t extra = 0) {
   if (!defer_work) {
     record(work());
-    return;
+    return 0;
   }
   auto& q = work_queue::get();
   std::lock_guard lock(q.mu);
-  q.items.push_back(std::move(work));
+  return q.add(stream, std::move(work), extra);
 }
 
-/// Runs the queued work in order; returns the first error an item raised.
+/// Runs every queued item; returns the first error one raised.
 inline cudaError_t run_queued_work() {
   auto& q = work_queue::get();
   std::lock_guard lock(q.mu);
-  cudaError_t first = cudaSuccess;
-  while (!q.items.empty()) {
-    const auto work = std::move(q.items.front());
-    q.items.pop_front();
-    const cudaError_t e = work();
-    if (first == cudaSuccess) first = e;
-  }
-  return first;
+  return q.run({}, true);
+}
+
+/// Runs item `id` and what it needs (nothing if it has run).
+inline cudaError_t run_queued_item(uint64_t id) {
+  auto& q = work_queue::get();
+  std::lock_guard lock(q.mu);
+  return q.run({id}, false);
+}
+
+/// Runs the last item queued on `stream` and what it needs.
+inline cudaError_t run_queued_stream(cudaStream_t stream) {
+  auto& q = work_queue::get();
+  std::lock_guard lock(q.mu);
+  const auto it = q.streams.find(work_queue::key(stream));
+  return it == q.streams.end() ? cudaSuccess : q.run({it->second.last}, false);
 }
 
 /// Runs body (the kernel call) for every thread of grid x block, blocks in order, and records
@@ -555,8 +635,8 @@ inline void launch(const char* what, dim3 grid, dim3 block, std::function<void()
     record(cudaErrorInvalidValue);
     return;
   }
-  enqueue([what, grid, block, body = std::move(body), smem_bytes, how = order,
-           tma_early = tma_lands_early, wgmma_early = wgmma_runs_early] {
+  enqueue(stream, [what, grid, block, body = std::move(body), smem_bytes, how = order,
+                   tma_early = tma_lands_early, wgmma_early = wgmma_runs_early] {
     const bool saved_tma = tma_lands_early, saved_wgmma = wgmma_runs_early;
     tma_lands_early = tma_early;
     wgmma_runs_early = wgmma_early;
@@ -1007,6 +1087,7 @@ struct CUevent_st {
   uint64_t recorded = 0;                       // records made
   uint64_t completed = 0;                      // records the device has reached (equal: complete)
   std::chrono::steady_clock::time_point at{};  // host time the latest record was reached
+  uint64_t record_item = 0;                    // the latest record's item in the work queue
 };
 typedef struct CUevent_st* cudaEvent_t;
 enum { cudaEventDefault = 0, cudaEventBlockingSync = 1, cudaEventDisableTiming = 2 };
@@ -1029,7 +1110,7 @@ inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream = nullptr)
   if (!e) return tessera_cuda_emulation::record(cudaErrorInvalidValue);
   tessera_cuda_emulation::last_stream = stream;
   const uint64_t n = ++e->recorded;
-  tessera_cuda_emulation::enqueue([e, n] {
+  e->record_item = tessera_cuda_emulation::enqueue(stream, [e, n] {
     e->completed = n;
     e->at = std::chrono::steady_clock::now();
     return cudaSuccess;
@@ -1050,10 +1131,15 @@ inline cudaError_t cudaEventQuery(cudaEvent_t e) {
   return e->completed != e->recorded ? tessera_cuda_emulation::record(cudaErrorNotReady)
                                      : cudaSuccess;
 }
-// Waiting for one stream or event runs the whole queue (a GPU may have finished it all).
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaDeviceSynchronize(); }
-inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaDeviceSynchronize(); }
-// Streams: distinct handles, their work in one queue in call order.
+// Waiting for a stream or an event runs what its last item, or the record, needs.
+inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  return tessera_cuda_emulation::record(tessera_cuda_emulation::run_queued_stream(s));
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  if (!e) return tessera_cuda_emulation::record(cudaErrorInvalidValue);
+  return tessera_cuda_emulation::record(tessera_cuda_emulation::run_queued_item(e->record_item));
+}
+// Streams: distinct handles; their work is queued (work_queue).
 enum { cudaStreamDefault = 0, cudaStreamNonBlocking = 1 };
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int flags) {
   *s = new CUstream_st{flags};
@@ -1066,9 +1152,12 @@ inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
   delete s;
   return cudaSuccess;
 }
-/// The queue runs in call order, so work queued after the wait runs after the record.
-inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned int = 0) {
-  return e ? cudaSuccess : tessera_cuda_emulation::record(cudaErrorInvalidValue);
+/// Work queued on s after the wait runs after the event's latest record.
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int = 0) {
+  if (!e) return tessera_cuda_emulation::record(cudaErrorInvalidValue);
+  tessera_cuda_emulation::enqueue(
+      s, [] { return cudaSuccess; }, e->record_item);
+  return cudaSuccess;
 }
 
 inline cudaError_t cudaMalloc(void** p, size_t bytes) {
@@ -1147,13 +1236,23 @@ struct pinned_memory {
 };
 }  // namespace tessera_cuda_emulation
 
-/// Waits for the device (the queue runs first), then copies.
+namespace tessera_cuda_emulation {
+/// A copy on `stream` that returns when it is done: queued, then run with what it needs.
+inline cudaError_t copy_and_wait(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  const uint64_t id = enqueue(stream, [dst, src, bytes] {
+    std::memmove(dst, src, bytes);
+    return cudaSuccess;
+  });
+  return record(run_queued_item(id));
+}
+}  // namespace tessera_cuda_emulation
+
+/// On the legacy default stream, and returns when the copy is done.
 inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   if (!tessera_cuda_emulation::copy_ends_agree(dst, src, bytes, kind))
     return tessera_cuda_emulation::record(cudaErrorInvalidValue);
-  if (const cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return e;
-  if (bytes) std::memmove(dst, src, bytes);
-  return cudaSuccess;
+  return bytes ? tessera_cuda_emulation::copy_and_wait(dst, src, bytes, cudaStreamLegacy)
+               : cudaSuccess;
 }
 // Pinned host memory: ordinary host memory here, and the device sees it at the same address
 // (as under unified virtual addressing).
@@ -1188,7 +1287,7 @@ inline cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes,
   if (!tessera_cuda_emulation::device_memory::get().holds(dst, bytes))
     return tessera_cuda_emulation::record(cudaErrorInvalidValue);
   if (bytes)
-    tessera_cuda_emulation::enqueue([dst, value, bytes] {
+    tessera_cuda_emulation::enqueue(stream, [dst, value, bytes] {
       std::memset(dst, value, bytes);
       return cudaSuccess;
     });
@@ -1206,17 +1305,17 @@ inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cud
   auto& dev = emu::device_memory::get();
   const bool src_pageable = !dev.holds(src, 1) && !emu::pinned_memory::get().holds(src);
   const bool dst_pageable = !dev.holds(dst, 1) && !emu::pinned_memory::get().holds(dst);
-  if (dst_pageable) return cudaMemcpy(dst, src, bytes, kind);
+  if (dst_pageable) return emu::copy_and_wait(dst, src, bytes, stream);
   if (src_pageable) {
     auto staged = std::make_shared<std::vector<unsigned char>>(
         static_cast<const unsigned char*>(src), static_cast<const unsigned char*>(src) + bytes);
-    emu::enqueue([dst, staged] {
+    emu::enqueue(stream, [dst, staged] {
       std::memcpy(dst, staged->data(), staged->size());
       return cudaSuccess;
     });
     return cudaSuccess;
   }
-  emu::enqueue([dst, src, bytes] {
+  emu::enqueue(stream, [dst, src, bytes] {
     std::memmove(dst, src, bytes);
     return cudaSuccess;
   });
