@@ -767,6 +767,23 @@ TEST(CudaEmulationQueue, StreamsRunInWhateverOrderTheirWaitsAllow) {
   for (cudaStream_t s : {a, b, c}) ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
 }
 
+// A kernel given a pointer the device cannot reach (host memory neither pinned nor device) would
+// fault on a GPU when it dereferenced it; the emulation refuses the launch.
+TEST(CudaEmulationLaunch, KernelsRefuseHostPointers) {
+  std::vector<int> host(4, 0);
+  EXPECT_THROW(ts::detail::cuda_launch("fill", order_probe::fill, dim3(1), dim3(4), host.data(), 1),
+               ts::backend_error);
+  const ts::detail::cuda_scratch dev(4 * sizeof(int));
+  int* pinned = nullptr;
+  ASSERT_EQ(cudaHostAlloc(reinterpret_cast<void**>(&pinned), 4 * sizeof(int), 0), cudaSuccess);
+  for (int* p : {static_cast<int*>(dev.get()), pinned})
+    EXPECT_NO_THROW(ts::detail::cuda_launch("fill", order_probe::fill, dim3(1), dim3(4), p, 1));
+  ts::backend::memory<ts::cuda>::synchronize();
+  EXPECT_EQ(std::vector<int>(pinned, pinned + 4), std::vector<int>(4, 1));
+  EXPECT_EQ(host, std::vector<int>(4, 0));
+  ASSERT_EQ(cudaFreeHost(pinned), cudaSuccess);
+}
+
 TEST(CudaEmulationOrder, ReverseRunsBlocksFromTheLast) {
   using tessera_cuda_emulation::thread_order;
   const auto saved = tessera_cuda_emulation::order;

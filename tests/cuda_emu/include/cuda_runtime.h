@@ -85,6 +85,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <type_traits>
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -196,6 +197,25 @@ struct device_memory {
     if (it == blocks.begin()) return false;
     --it;
     return a >= it->first && a - it->first <= it->second && n <= it->second - (a - it->first);
+  }
+};
+
+/// Pinned host blocks (cudaHostAlloc): asynchronous copies to and from them are queued work;
+/// copies to and from other (pageable) host memory are not (see cudaMemcpyAsync).
+struct pinned_memory {
+  std::mutex mu;
+  std::map<uintptr_t, size_t> blocks;
+  static pinned_memory& get() {
+    static auto* m = new pinned_memory;
+    return *m;
+  }
+  bool holds(const void* p) {
+    std::lock_guard lock(mu);
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    auto it = blocks.upper_bound(a);
+    if (it == blocks.begin()) return false;
+    --it;
+    return a - it->first < it->second;
   }
 };
 
@@ -649,6 +669,40 @@ inline void launch(const char* what, dim3 grid, dim3 block, std::function<void()
     wgmma_runs_early = saved_wgmma;
     return e;
   });
+}
+
+/// Whether the device can reach what a kernel argument points to: null, device memory (a live
+/// cudaMalloc block, its end included) or pinned host memory; arguments that are not pointers
+/// pass. A GPU faults when a kernel dereferences any other address (a host pointer handed over by
+/// mistake), so the emulation refuses it at the launch.
+template <class T>
+bool device_reachable(const T&) {
+  return true;
+}
+template <class T>
+bool device_reachable(T* p) {
+  return !p || device_memory::get().holds(p, 0) || pinned_memory::get().holds(p);
+}
+
+/// kernel<<<grid, block, smem_bytes, stream>>>(args...): checks the pointer arguments, then
+/// queues the kernel with its arguments (converted to the parameters' types, as a launch does).
+template <class... P>
+void launch_kernel(const char* what, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem_bytes,
+                   cudaStream_t stream, std::type_identity_t<P>... args) {
+  int bad = 0, i = 0;
+  ((++i, bad = (bad != 0 || device_reachable(args)) ? bad : i), ...);
+  if (bad) {
+    std::fprintf(stderr,
+                 "tessera cuda emulation: %s: argument %d points to memory the device cannot "
+                 "reach (not device memory, not pinned)\n",
+                 what, bad);
+    last_stream = stream;
+    record(cudaErrorInvalidValue);
+    return;
+  }
+  launch(
+      what, grid, block, [kernel, args...] { kernel(args...); }, smem_bytes,
+      reinterpret_cast<const void*>(kernel), stream);
 }
 
 /// Runs a queued launch: every thread of grid x block, as fibers, in `how` order; a fault is
@@ -1216,24 +1270,6 @@ inline bool copy_ends_agree(void* dst, const void* src, size_t bytes, cudaMemcpy
            (!src_dev && kind != cudaMemcpyDefault && m.holds(src, 1)));
 }
 
-/// Pinned host blocks (cudaHostAlloc): asynchronous copies to and from them are queued work;
-/// copies to and from other (pageable) host memory are not (see cudaMemcpyAsync).
-struct pinned_memory {
-  std::mutex mu;
-  std::map<uintptr_t, size_t> blocks;
-  static pinned_memory& get() {
-    static auto* m = new pinned_memory;
-    return *m;
-  }
-  bool holds(const void* p) {
-    std::lock_guard lock(mu);
-    const auto a = reinterpret_cast<uintptr_t>(p);
-    auto it = blocks.upper_bound(a);
-    if (it == blocks.begin()) return false;
-    --it;
-    return a - it->first < it->second;
-  }
-};
 }  // namespace tessera_cuda_emulation
 
 namespace tessera_cuda_emulation {

@@ -147,11 +147,8 @@ template <class... P, class... A>
 void cuda_launch_smem(const char* what, void (*kernel)(P...), dim3 grid, dim3 block,
                       size_t smem_bytes, A&&... args) {
 #if defined(TESSERA_CUDA_HOST_EMULATION)
-  // The emulated device runs the kernel later, as a GPU does: it keeps the arguments, converted
-  // to the parameters' types, as a launch does.
-  tessera_cuda_emulation::launch(
-      what, grid, block, [kernel, ... a = static_cast<P>(std::forward<A>(args))] { kernel(a...); },
-      smem_bytes, reinterpret_cast<const void*>(kernel), cuda_stream());
+  tessera_cuda_emulation::launch_kernel(what, kernel, grid, block, smem_bytes, cuda_stream(),
+                                        std::forward<A>(args)...);
 #else
   // clang-format reads a .hpp as C++, where >>> is not one token:
   // clang-format off
