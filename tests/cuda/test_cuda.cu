@@ -672,7 +672,8 @@ TEST(CudaEmulationQueue, WorkRunsWhenTheHostWaits) {
   if (!tessera_cuda_emulation::defer_work) GTEST_SKIP() << "TESSERA_CUDA_EMU_DEFER=0";
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const ts::detail::cuda_scratch dev(4 * sizeof(int));
-  int* const d = static_cast<int*>(dev.get());  // host memory here: the test may look
+  int* const d = static_cast<int*>(dev.get());      // host memory here: the test may look
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // a reused block's poison is queued
   std::fill(d, d + 4, 0);
   cudaEvent_t done;
   ASSERT_EQ(cudaEventCreate(&done), cudaSuccess);
@@ -721,6 +722,7 @@ TEST(CudaEmulationQueue, StreamsRunInWhateverOrderTheirWaitsAllow) {
   const ts::detail::cuda_scratch xs(4 * sizeof(int)), ys(4 * sizeof(int));
   int* const x = static_cast<int*>(xs.get());
   int* const y = static_cast<int*>(ys.get());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // a reused block's poison is queued
   cudaStream_t a, b, c;
   ASSERT_EQ(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking), cudaSuccess);
   ASSERT_EQ(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking), cudaSuccess);
@@ -782,6 +784,24 @@ TEST(CudaEmulationLaunch, KernelsRefuseHostPointers) {
   EXPECT_EQ(std::vector<int>(pinned, pinned + 4), std::vector<int>(4, 1));
   EXPECT_EQ(host, std::vector<int>(4, 0));
   ASSERT_EQ(cudaFreeHost(pinned), cudaSuccess);
+}
+
+// tessera's block cache hands a freed block out again; in the emulation it comes back filled with
+// 0xff like a new cudaMalloc block (queued on its stream), so a kernel that reads what it never
+// wrote shows it on reused memory too.
+TEST(CudaEmulationQueue, AReusedBlockIsPoisonedLikeANewOne) {
+  auto& cache = ts::detail::device_block_cache::instance();
+  constexpr size_t bytes = 12800 + 77;  // a size of its own: no other block of it is cached
+  auto* const p = static_cast<unsigned char*>(cache.allocate(bytes));
+  ts::backend::memory<ts::cuda>::synchronize();
+  std::memset(p, 0, bytes);
+  cache.deallocate(p, bytes);
+  auto* const q = static_cast<unsigned char*>(cache.allocate(bytes));
+  ASSERT_EQ(q, p) << "not the cached block";
+  ts::backend::memory<ts::cuda>::synchronize();
+  EXPECT_EQ(q[0], 0xff);
+  EXPECT_EQ(q[bytes - 1], 0xff);
+  cache.deallocate(q, bytes);
 }
 
 TEST(CudaEmulationOrder, ReverseRunsBlocksFromTheLast) {

@@ -54,6 +54,12 @@ class device_block_cache {
         free_.erase(it);
         cached_ -= rounded;
         live_.emplace(p, block{dev, rounded, stream, {}});
+#if defined(TESSERA_CUDA_HOST_EMULATION)
+        // The emulated cudaMalloc fills new blocks with 0xff (NaN, -1); a reused block gets the
+        // same, queued on its stream behind its previous owner's work, so a kernel that reads
+        // memory it never wrote shows it whichever block it is given.
+        (void)cudaMemsetAsync(p, 0xff, rounded, stream);
+#endif
         return p;
       }
     }
