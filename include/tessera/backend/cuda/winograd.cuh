@@ -186,6 +186,36 @@ inline std::optional<cuda_winograd_plan> cuda_winograd_plan_for(const conv_geome
   return pl;
 }
 
+/// For each chunk of pl's images: the inputs under its output tiles to V at v ([36][c][tiles],
+/// cuda_winograd_input), then body(n0, count, tiles), which finds its own buffer after V (at
+/// v + 36 c tiles) and runs the rest of the chunk.
+template <class Body>
+void cuda_winograd_chunks(const conv_geometry& g, const cuda_winograd_plan& pl, const float* x,
+                          float* v, Body&& body) {
+  for (int64_t n0 = 0; n0 < g.n; n0 += pl.images) {
+    const int64_t cnt = std::min(pl.images, g.n - n0), tiles = cnt * pl.th * pl.tw;
+    cuda_launch("cuda_winograd_input", cuda_winograd_input<float>,
+                dim3(cuda_grid(tiles * g.c, cuda_winograd_threads)), dim3(cuda_winograd_threads), g,
+                x, n0, cnt, pl.th, pl.tw, v);
+    body(n0, cnt, tiles);
+  }
+}
+
+/// The 36 products q[xi] as one batched GEMM: q's a, b and c are those of position 0, position xi
+/// starting a_step, b_step and c_step floats later.
+inline void cuda_winograd_products(gemm_problem<float, float, float> q, int64_t a_step,
+                                   int64_t b_step, int64_t c_step) {
+  constexpr int64_t X = winograd_positions;
+  std::vector<int64_t> a_off(X), b_off(X), c_off(X);
+  for (int64_t xi = 0; xi < X; ++xi) {
+    const auto i = static_cast<size_t>(xi);
+    a_off[i] = xi * a_step, b_off[i] = xi * b_step, c_off[i] = xi * c_step;
+  }
+  q.batch = X, q.a_offsets = a_off.data(), q.b_offsets = b_off.data();
+  q.c_offsets = c_off.data();
+  backend::gemm_kernel<cuda>::run(q);
+}
+
 /// Runs p as Winograd F(4x4, 3x3) and returns true, or returns false having done nothing: p is not
 /// float x float into float, or cuda_winograd_plan_for refuses the layer.
 template <class TX, class TW, class Acc>
@@ -199,38 +229,26 @@ bool cuda_winograd_forward(const conv_forward_problem<TX, TW, Acc>& p) {
     const std::optional<cuda_winograd_plan> pl = cuda_winograd_plan_for(g);
     if (!pl) return false;
     constexpr int64_t X = winograd_positions;
-    const int64_t th = pl->th, tw = pl->tw, nb = pl->images;
     cuda_scratch u(static_cast<size_t>(X * g.k * g.c) * sizeof(float));
-    cuda_scratch vm(static_cast<size_t>(nb * pl->per_image));
+    cuda_scratch vm(static_cast<size_t>(pl->images * pl->per_image));
     auto* uw = static_cast<float*>(u.get());
     auto* v = static_cast<float*>(vm.get());
     cuda_launch("cuda_winograd_weights", cuda_winograd_weights<float>,
                 dim3(cuda_grid(g.k * g.c, cuda_winograd_threads)), dim3(cuda_winograd_threads), g.k,
                 g.c, p.w, uw);
-    std::vector<int64_t> a_off(X), b_off(X), c_off(X);
-    for (int64_t n0 = 0; n0 < g.n; n0 += nb) {
-      const int64_t cnt = std::min(nb, g.n - n0), tiles = cnt * th * tw;
-      float* m = v + X * g.c * tiles;  // M follows this chunk's V
-      cuda_launch("cuda_winograd_input", cuda_winograd_input<float>,
-                  dim3(cuda_grid(tiles * g.c, cuda_winograd_threads)), dim3(cuda_winograd_threads),
-                  g, p.x, n0, cnt, th, tw, v);
-      for (int64_t xi = 0; xi < X; ++xi) {
-        const auto i = static_cast<size_t>(xi);
-        a_off[i] = xi * g.k * g.c, b_off[i] = xi * g.c * tiles, c_off[i] = xi * g.k * tiles;
-      }
+    cuda_winograd_chunks(g, *pl, p.x, v, [&](int64_t n0, int64_t cnt, int64_t tiles) {
+      float* m = v + X * g.c * tiles;       // M follows this chunk's V
       gemm_problem<float, float, float> q;  // M[xi] = U[xi] V[xi], 36 products
       q.m = g.k, q.n = tiles, q.k = g.c;
       q.a = uw, q.a_rs = g.c, q.a_cs = 1;
       q.b = v, q.b_rs = tiles, q.b_cs = 1;
       q.c = m, q.c_rs = tiles, q.c_cs = 1;
-      q.batch = X, q.a_offsets = a_off.data(), q.b_offsets = b_off.data();
-      q.c_offsets = c_off.data();
-      backend::gemm_kernel<cuda>::run(q);
+      cuda_winograd_products(q, g.k * g.c, g.c * tiles, g.k * tiles);
       cuda_launch("cuda_winograd_output", cuda_winograd_output<float>,
                   dim3(cuda_grid(tiles * g.k, cuda_winograd_threads)), dim3(cuda_winograd_threads),
-                  g, static_cast<const float*>(m), n0, cnt, th, tw, p.bias, p.relu, p.y);
+                  g, static_cast<const float*>(m), n0, cnt, pl->th, pl->tw, p.bias, p.relu, p.y);
       cuda_winograd_choice().launches.fetch_add(1, std::memory_order_relaxed);
-    }
+    });
     return true;
   }
 }
@@ -252,36 +270,24 @@ bool cuda_winograd_weight_grad(const conv_backward_weight_problem<TX, TG, Acc>& 
     const std::optional<cuda_winograd_plan> pl = cuda_winograd_plan_for(g);
     if (!pl) return false;
     constexpr int64_t X = winograd_positions;
-    const int64_t th = pl->th, tw = pl->tw, nb = pl->images;
     cuda_scratch sums(static_cast<size_t>(X * g.k * g.c) * sizeof(float));
-    cuda_scratch ve(static_cast<size_t>(nb * pl->per_image));
+    cuda_scratch ve(static_cast<size_t>(pl->images * pl->per_image));
     auto* m = static_cast<float*>(sums.get());
     auto* v = static_cast<float*>(ve.get());
-    std::vector<int64_t> a_off(X), b_off(X), c_off(X);
-    for (int64_t n0 = 0; n0 < g.n; n0 += nb) {
-      const int64_t cnt = std::min(nb, g.n - n0), tiles = cnt * th * tw;
+    cuda_winograd_chunks(g, *pl, p.x, v, [&](int64_t n0, int64_t cnt, int64_t tiles) {
       float* e = v + X * g.c * tiles;  // E follows this chunk's V
-      cuda_launch("cuda_winograd_input", cuda_winograd_input<float>,
-                  dim3(cuda_grid(tiles * g.c, cuda_winograd_threads)), dim3(cuda_winograd_threads),
-                  g, p.x, n0, cnt, th, tw, v);
       cuda_launch("cuda_winograd_grad", cuda_winograd_grad<float>,
                   dim3(cuda_grid(tiles * g.k, cuda_winograd_threads)), dim3(cuda_winograd_threads),
-                  g, p.dy, n0, cnt, th, tw, e);
-      for (int64_t xi = 0; xi < X; ++xi) {
-        const auto i = static_cast<size_t>(xi);
-        a_off[i] = xi * g.k * tiles, b_off[i] = xi * g.c * tiles, c_off[i] = xi * g.k * g.c;
-      }
+                  g, p.dy, n0, cnt, pl->th, pl->tw, e);
       gemm_problem<float, float, float> q;  // M[xi] (+)= E[xi] V[xi]^T, 36 products
       q.m = g.k, q.n = g.c, q.k = tiles;
       q.a = e, q.a_rs = tiles, q.a_cs = 1;
       q.b = v, q.b_rs = 1, q.b_cs = tiles;  // V[xi] is [c][tiles]: its transpose
       q.c = m, q.c_rs = g.c, q.c_cs = 1;
       q.beta = n0 == 0 ? 0.0f : 1.0f;
-      q.batch = X, q.a_offsets = a_off.data(), q.b_offsets = b_off.data();
-      q.c_offsets = c_off.data();
-      backend::gemm_kernel<cuda>::run(q);
+      cuda_winograd_products(q, g.k * tiles, g.c * tiles, g.k * g.c);
       cuda_winograd_choice().launches.fetch_add(1, std::memory_order_relaxed);
-    }
+    });
     cuda_launch("cuda_winograd_taps", cuda_winograd_taps<float>,
                 dim3(cuda_grid(g.k * g.c, cuda_winograd_threads)), dim3(cuda_winograd_threads), g.k,
                 g.c, static_cast<const float*>(m), p.dw);
