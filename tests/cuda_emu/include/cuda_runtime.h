@@ -181,14 +181,10 @@ inline cudaError_t record(cudaError_t e) {
 }
 
 /// Live device blocks, start -> size.
-struct device_memory {
+/// Live blocks of memory by start address, and lookups of addresses in them.
+struct block_map {
   std::mutex mu;
   std::map<uintptr_t, size_t> blocks;
-  size_t used = 0;
-  static device_memory& get() {
-    static auto* m = new device_memory;  // never destroyed: tensors in statics outlive main
-    return *m;
-  }
   /// Whether [p, p + n) lies inside one live block.
   bool holds(const void* p, size_t n) {
     std::lock_guard lock(mu);
@@ -200,22 +196,21 @@ struct device_memory {
   }
 };
 
+/// The device's memory: the blocks cudaMalloc returned, and the bytes they hold.
+struct device_memory : block_map {
+  size_t used = 0;
+  static device_memory& get() {
+    static auto* m = new device_memory;  // never destroyed: tensors in statics outlive main
+    return *m;
+  }
+};
+
 /// Pinned host blocks (cudaHostAlloc): asynchronous copies to and from them are queued work;
 /// copies to and from other (pageable) host memory are not (see cudaMemcpyAsync).
-struct pinned_memory {
-  std::mutex mu;
-  std::map<uintptr_t, size_t> blocks;
+struct pinned_memory : block_map {
   static pinned_memory& get() {
     static auto* m = new pinned_memory;
     return *m;
-  }
-  bool holds(const void* p) {
-    std::lock_guard lock(mu);
-    const auto a = reinterpret_cast<uintptr_t>(p);
-    auto it = blocks.upper_bound(a);
-    if (it == blocks.begin()) return false;
-    --it;
-    return a - it->first < it->second;
   }
 };
 
@@ -681,7 +676,7 @@ bool device_reachable(const T&) {
 }
 template <class T>
 bool device_reachable(T* p) {
-  return !p || device_memory::get().holds(p, 0) || pinned_memory::get().holds(p);
+  return !p || device_memory::get().holds(p, 0) || pinned_memory::get().holds(p, 1);
 }
 
 /// kernel<<<grid, block, smem_bytes, stream>>>(args...): checks the pointer arguments, then
@@ -1339,8 +1334,8 @@ inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cud
   if (!emu::copy_ends_agree(dst, src, bytes, kind)) return emu::record(cudaErrorInvalidValue);
   if (!bytes) return cudaSuccess;
   auto& dev = emu::device_memory::get();
-  const bool src_pageable = !dev.holds(src, 1) && !emu::pinned_memory::get().holds(src);
-  const bool dst_pageable = !dev.holds(dst, 1) && !emu::pinned_memory::get().holds(dst);
+  const bool src_pageable = !dev.holds(src, 1) && !emu::pinned_memory::get().holds(src, 1);
+  const bool dst_pageable = !dev.holds(dst, 1) && !emu::pinned_memory::get().holds(dst, 1);
   if (dst_pageable) return emu::copy_and_wait(dst, src, bytes, stream);
   if (src_pageable) {
     auto staged = std::make_shared<std::vector<unsigned char>>(
