@@ -2,6 +2,7 @@
 // against a reference and its gradients by gradcheck, train/eval behaviour.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <tessera/nn.hpp>
 #include <tessera/tessera.hpp>
@@ -138,7 +139,8 @@ TEST(Init, DefaultBoundsAndSeeding) {
   auto v = t.to_vector();
   double s2 = 0;
   for (double x : v) s2 += x * x;
-  EXPECT_NEAR(std::sqrt(s2 / v.size()), std::sqrt(2.0 / (128 * 9)), 0.01 * std::sqrt(2.0 / (128 * 9)));
+  EXPECT_NEAR(std::sqrt(s2 / v.size()), std::sqrt(2.0 / (128 * 9)),
+              0.01 * std::sqrt(2.0 / (128 * 9)));
   nn::init::xavier_uniform_(t, 1.0, g);
   mx = 0;
   for (double x : t.to_vector()) mx = std::max(mx, std::abs(x));
@@ -244,8 +246,8 @@ TEST(Layers, BatchNormMatchesReferenceAndTracksRunningStats) {
     const double w = bn.weight.value()(c), b = bn.bias.value()(c);
     for (int64_t n = 0; n < 4; ++n)
       for (int64_t i = 0; i < 10; ++i)
-        EXPECT_NEAR(y(n, c, i / 5, i % 5), (x(n, c, i / 5, i % 5) - m) / std::sqrt(v + 1e-5) * w + b,
-                    1e-10);
+        EXPECT_NEAR(y(n, c, i / 5, i % 5),
+                    (x(n, c, i / 5, i % 5) - m) / std::sqrt(v + 1e-5) * w + b, 1e-10);
     EXPECT_NEAR(bn.running_mean(c), 0.1 * m, 1e-12);
     EXPECT_NEAR(bn.running_var(c), 0.9 + 0.1 * v * 40 / 39, 1e-12);
   }
@@ -275,9 +277,10 @@ TEST(Layers, LayerNormMatchesReferenceAndGradients) {
       for (int64_t k = 0; k < 6; ++k) m += x(a, b, k) / 6;
       for (int64_t k = 0; k < 6; ++k) v += std::pow(x(a, b, k) - m, 2) / 6;
       for (int64_t k = 0; k < 6; ++k)
-        EXPECT_NEAR(y(a, b, k),
-                    (x(a, b, k) - m) / std::sqrt(v + 1e-5) * ln.weight.value()(k) + ln.bias.value()(k),
-                    1e-10);
+        EXPECT_NEAR(
+            y(a, b, k),
+            (x(a, b, k) - m) / std::sqrt(v + 1e-5) * ln.weight.value()(k) + ln.bias.value()(k),
+            1e-10);
     }
   expect_module_gradients(ln, x);
   EXPECT_THROW(ln(rnd({2, 5}, 14)), ts::shape_error);
@@ -308,6 +311,90 @@ TEST(Layers, SequentialFusesReluIntoLinearAndConv) {
   for (double v : fused) zeros += v == 0;
   EXPECT_GT(zeros, 0);  // the ReLU did clip something, so its gradient mask matters
   expect_module_gradients(seq, x);
+}
+
+// Sequential runs Conv2d, ReLU, MaxPool2d as one node (the ReLU mask and the bias gradient taken
+// on the pooled tensor). It must give what the three separate ops give: the output and the input
+// and weight gradients bit for bit, the bias gradient to rounding (the same terms added in
+// another order). Pooled windows whose maximum the ReLU clipped are required, so that the mask
+// matters; overlapping windows, padding and windows off the edge included.
+template <class T>
+void expect_conv_relu_pool_fused_exactly(const ts::Pool2dOptions& pool, const ts::Shape& in,
+                                         bool input_grad, bool with_bias, const char* what) {
+  SCOPED_TRACE(what);
+  nn::manual_seed(5);
+  nn::Conv2d<T, ts::cpu> conv(in[1], 4, 3, {.padding = {1, 1}}, with_bias);
+  if (with_bias) conv.bias.value().fill_(T(-0.3));  // clips whole windows
+  nn::Sequential seq{conv, nn::ReLU<T, ts::cpu>(), nn::MaxPool2d<T, ts::cpu>(pool)};
+  ts::Generator gen(17);
+  const auto x = ts::randn<T, ts::cpu>(in, gen);
+  ts::Variable<T, ts::cpu> xf(x, input_grad), xm(x, input_grad);
+  const auto fused = seq(xf);
+  ASSERT_EQ(fused.impl()->inputs.size(), 3u) << "not one node of (x, weight, bias)";
+  const auto manual = ts::max_pool2d(ts::relu(conv(xm)), pool);
+  const auto yf = fused.value().to_vector(), ym = manual.value().to_vector();
+  ASSERT_EQ(yf, ym);
+  EXPECT_GT(std::count(yf.begin(), yf.end(), T(0)), 0) << "no window clipped by the ReLU";
+  const auto g = ts::randn<T, ts::cpu>(fused.shape(), gen);
+  conv.zero_grad();
+  fused.backward(g);
+  const auto wf = conv.weight.grad().to_vector();
+  const auto bf = with_bias ? conv.bias.grad().to_vector() : std::vector<T>();
+  conv.zero_grad();
+  manual.backward(g);
+  EXPECT_EQ(wf, conv.weight.grad().to_vector());
+  if (input_grad) {
+    EXPECT_EQ(xf.grad().to_vector(), xm.grad().to_vector());
+    EXPECT_NE(xf.grad().to_vector(), std::vector<T>(x.numel(), T(0)));
+  }
+  if (with_bias) {
+    const auto bm = conv.bias.grad().to_vector();
+    ASSERT_EQ(bf.size(), bm.size());
+    for (size_t k = 0; k < bf.size(); ++k) EXPECT_NEAR(bf[k], bm[k], 1e-5 * (1 + std::abs(bm[k])));
+  }
+}
+
+TEST(Layers, SequentialFusesConvReluMaxPool) {
+  const ts::Pool2dOptions p2{.kernel = {2, 2}};
+  const ts::Pool2dOptions p3{.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}};
+  const ts::Pool2dOptions p3s1{.kernel = {3, 3}, .stride = {1, 1}};
+  const ts::Pool2dOptions ceil{.kernel = {2, 2}, .ceil_mode = true};
+  for (bool input_grad : {false, true}) {
+    expect_conv_relu_pool_fused_exactly<float>(p2, {3, 2, 8, 8}, input_grad, true, "2x2 float");
+    expect_conv_relu_pool_fused_exactly<double>(p2, {3, 2, 7, 9}, input_grad, true,
+                                                "2x2 odd sizes double");
+    expect_conv_relu_pool_fused_exactly<float>(p3, {2, 3, 9, 10}, input_grad, true,
+                                               "3x3/2 pad 1 float");
+    expect_conv_relu_pool_fused_exactly<double>(p3s1, {2, 2, 6, 6}, input_grad, true,
+                                                "3x3/1 double");
+    expect_conv_relu_pool_fused_exactly<float>(ceil, {2, 2, 7, 7}, input_grad, true,
+                                               "2x2 ceil mode float");
+    expect_conv_relu_pool_fused_exactly<float>(p2, {2, 2, 6, 6}, input_grad, false,
+                                               "2x2 without bias float");
+  }
+}
+
+TEST(Layers, FusedConvReluMaxPoolGradcheck) {
+  nn::manual_seed(6);
+  nn::Sequential seq{nn::Conv2d<double, ts::cpu>(2, 3, 3, {.padding = {1, 1}}),
+                     nn::ReLU<double, ts::cpu>(),
+                     nn::MaxPool2d<double, ts::cpu>(
+                         ts::Pool2dOptions{.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}})};
+  expect_module_gradients(seq, rnd({2, 2, 6, 5}, 18));
+}
+
+TEST(Layers, FusedConvReluMaxPoolRecordsNothingUnderNoGrad) {
+  nn::manual_seed(7);
+  nn::Conv2d<float, ts::cpu> conv(1, 2, 3, {.padding = {1, 1}});
+  nn::Sequential seq{conv, nn::ReLU<float, ts::cpu>(), nn::MaxPool2d<float, ts::cpu>(2)};
+  ts::Generator gen(19);
+  const auto x = ts::randn<float, ts::cpu>({2, 1, 6, 6}, gen);
+  const auto taped = seq(x).value().to_vector();
+  ts::no_grad guard;
+  const auto y = seq(x);
+  EXPECT_FALSE(y.requires_grad());
+  EXPECT_EQ(y.value().to_vector(), taped);
+  EXPECT_THROW(seq(ts::randn<float, ts::cpu>({2, 1, 1, 1}, gen)), ts::shape_error);
 }
 
 }  // namespace

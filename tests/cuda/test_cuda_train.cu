@@ -85,6 +85,15 @@ TEST_F(CudaTrain, EveryLayerFollowsTheCpu) {
         return nn::AdaptiveAvgPool2d<float, decltype(b)>({3, 2});
       },
       {2, 3, 7, 5}, "AdaptiveAvgPool2d");
+  // Sequential's Conv2d, ReLU, MaxPool2d node (overlapping windows: gradients meet in the gather).
+  expect_module_follows_cpu(
+      [](auto b) {
+        using B = decltype(b);
+        return nn::Sequential{
+            nn::Conv2d<float, B>(3, 5, 3, {.padding = {1, 1}}), nn::ReLU<float, B>(),
+            nn::MaxPool2d<float, B>({.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}})};
+      },
+      {2, 3, 9, 8}, "Conv2d + ReLU + MaxPool2d");
   expect_module_follows_cpu([](auto b) { return nn::GELU<float, decltype(b)>(); }, {4, 9}, "GELU");
   expect_module_follows_cpu([](auto b) { return nn::Tanh<float, decltype(b)>(); }, {4, 9}, "Tanh");
   expect_module_follows_cpu([](auto b) { return nn::Sigmoid<float, decltype(b)>(); }, {4, 9},

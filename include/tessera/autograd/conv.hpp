@@ -83,11 +83,13 @@ Variable<T, B> conv_transpose2d(const Variable<T, B>& x, const Variable<T, B>& w
   return conv_transpose2d(x, w, Variable<T, B>(), opts);
 }
 
-/// Max pooling, as tessera::max_pool2d; the gradient goes to each window's maximum. The
-/// backward pass knows the windows its indices came from, which lets a device gather the
-/// gradient without checking them (tessera::detail::max_pool2d_backward_of_forward).
+/// Max pooling, as tessera::max_pool2d; the gradient goes to each window's maximum (indices
+/// are computed only when the op is recorded). The backward pass knows the windows its indices came
+/// from, which lets a device gather the gradient without checking them
+/// (tessera::detail::max_pool2d_backward_of_forward).
 template <element_type T, class B>
 Variable<T, B> max_pool2d(const Variable<T, B>& x, const Pool2dOptions& opts) {
+  if (!autograd::detail::will_record({&x})) return Variable<T, B>(max_pool2d(x.value(), opts));
   const auto plan = tessera::detail::max_pool_plan("max_pool2d_with_indices", x.value(), opts);
   auto r = tessera::detail::max_pool_with_indices(plan, x.value());
   return autograd::detail::record(
@@ -96,6 +98,39 @@ Variable<T, B> max_pool2d(const Variable<T, B>& x, const Pool2dOptions& opts) {
         c.give(0, tessera::detail::max_pool2d_backward_of_forward(plan, c.grad(), idx, s));
       });
 }
+namespace autograd::detail {
+/// max_pool2d(conv2d(x, w, bias, opts with relu), pool) as one node: what nn::Sequential runs
+/// for Conv2d, ReLU, MaxPool2d. The result and the input and weight gradients are those of the
+/// three ops, bit for bit; the bias gradient adds the same terms in another order.
+///
+/// Why one node: the gradient reaching the convolution is zero except at each window's
+/// maximum, where the ReLU output is the pooled value itself. So the ReLU mask can be applied
+/// to the pooled gradient with the pooled output (pooled > 0), and the bias gradient summed
+/// there: a quarter of the data for 2 x 2 windows, where the separate ops mask and sum the
+/// whole convolution output (its gradient, its output, the masked copy). The convolution's
+/// output is not kept for the backward either.
+template <class T, class B>
+Variable<T, B> conv2d_relu_max_pool(const Variable<T, B>& x, const Variable<T, B>& w,
+                                    const Variable<T, B>& bias, Conv2dOptions opts,
+                                    const Pool2dOptions& pool) {
+  opts.relu = true;
+  const Tensor<T, B> y = conv2d(x.value(), w.value(), value_or_none(bias), opts);
+  if (!will_record({&x, &w, &bias})) return Variable<T, B>(max_pool2d(y, pool));
+  const auto plan = tessera::detail::max_pool_plan("max_pool2d_with_indices", y, pool);
+  auto r = tessera::detail::max_pool_with_indices(plan, y);
+  return record(
+      r.values, {&x, &w, &bias},
+      [xv = x.value(), wv = w.value(), pooled = r.values, idx = r.indices, plan, ys = y.shape(),
+       opts](const backward_context<T, B>& c) {
+        const Tensor<T, B> gp = relu_and_bias_grad("conv backward", c, c.grad(), pooled, true);
+        if (!c.needs(0) && !c.needs(1)) return;
+        const Tensor<T, B> g = tessera::detail::max_pool2d_backward_of_forward(plan, gp, idx, ys);
+        if (c.needs(0)) c.give(0, conv2d_backward_input(g, wv, xv.shape(), opts));
+        if (c.needs(1)) c.give(1, conv2d_backward_weight(g, xv, wv.shape(), opts));
+      });
+}
+}  // namespace autograd::detail
+
 /// Average pooling, as tessera::avg_pool2d.
 template <element_type T, class B>
 Variable<T, B> avg_pool2d(const Variable<T, B>& x, const Pool2dOptions& opts) {

@@ -226,6 +226,17 @@ const std::shared_ptr<variable_node<T, B>>& null_node() {
   return none;
 }
 
+/// Whether an op on these inputs joins the tape: grad mode is on and some input requires a
+/// gradient. Ops whose forward pass saves extra work for the backward (max pooling's indices)
+/// ask first and skip it when nothing will be recorded.
+template <class T, class B>
+bool will_record(std::initializer_list<const Variable<T, B>*> inputs) {
+  if (!is_grad_enabled()) return false;
+  for (const auto* v : inputs)
+    if (v->requires_grad()) return true;
+  return false;
+}
+
 /// Records an op: returns a Variable holding `value` that, when some input requires a gradient
 /// and grad mode is on, remembers the inputs and the backward closure. Undefined inputs (absent
 /// optional operands) are allowed and never receive a gradient.
@@ -233,10 +244,7 @@ template <class T, class B, class F>
 Variable<T, B> record(Tensor<T, B> value, std::initializer_list<const Variable<T, B>*> inputs,
                       F&& backward) {
   Variable<T, B> out(std::move(value));
-  if (!is_grad_enabled()) return out;
-  bool any = false;
-  for (const auto* v : inputs) any = any || v->requires_grad();
-  if (!any) return out;
+  if (!will_record(inputs)) return out;
   auto& n = *out.impl();
   n.requires_grad = true;
   n.inputs.reserve(inputs.size());

@@ -262,10 +262,22 @@ class Sequential : public Module<T, B> {
     layers_.push_back(std::move(p));
     return *this;
   }
-  /// Runs the layers in order; a layer followed by a ReLU runs as one (forward_relu).
+  /// Runs the layers in order; a layer followed by a ReLU runs as one (forward_relu), and a
+  /// Conv2d, ReLU, MaxPool2d as one (autograd::detail::conv2d_relu_max_pool: the pooling's
+  /// gradient masked and summed for the bias before it is spread back to the windows).
   Variable<T, B> forward(const Variable<T, B>& x) override {
     Variable<T, B> y = x;
     for (size_t i = 0; i < layers_.size(); ++i) {
+      if (i + 2 < layers_.size() && dynamic_cast<const ReLU<T, B>*>(layers_[i + 1].get())) {
+        const auto* conv = dynamic_cast<const Conv2d<T, B>*>(layers_[i].get());
+        const auto* pool = dynamic_cast<const MaxPool2d<T, B>*>(layers_[i + 2].get());
+        if (conv && pool) {
+          y = autograd::detail::conv2d_relu_max_pool(y, conv->weight, conv->bias, conv->options,
+                                                     pool->options);
+          i += 2;
+          continue;
+        }
+      }
       if (i + 1 < layers_.size() && dynamic_cast<const ReLU<T, B>*>(layers_[i + 1].get())) {
         y = layers_[i]->forward_relu(y);
         ++i;
