@@ -270,7 +270,9 @@ void cublas_gemm(const gemm_inputs<K>& in, const DevT<typename gemm_types<K>::ou
 /// never split (what the split gains on products with few tiles, gemm_split.cuh);
 /// tessera_cp_async: the wgmma kernel without its TMA feed (what TMA gains); tessera_narrow: the
 /// TMA feed with 128 x 128 tiles only (what the 128 x 256 ones gain); tessera_linear_order: the
-/// TMA feed with its tiles in linear order (what the grouped order gains).
+/// TMA feed with its tiles in linear order (what the grouped order gains); tessera_long_tiles:
+/// the SIMT kernel's 128-row tiles where its 64-row ones run (fp32 products of at most 64 rows:
+/// what the short tiles gain).
 enum class impl {
   tessera,
   tessera_cp_async,
@@ -281,6 +283,7 @@ enum class impl {
   tessera_staged,
   tessera_tn,
   tessera_whole_k,
+  tessera_long_tiles,
   cublas
 };
 
@@ -316,6 +319,10 @@ void bm_gemm(benchmark::State& st, impl who, int64_t m, int64_t k, int64_t n, do
       }
       ~order_scope() { ts::detail::cuda_tile_group_rows() = saved; }
     } const order(who != impl::tessera_linear_order);
+    struct short_scope {  // the SIMT kernel's 64-row tiles, off for tessera_long_tiles rows
+      explicit short_scope(bool on) { ts::detail::cuda_gemm_simt_short_choice().enabled = on; }
+      ~short_scope() { ts::detail::cuda_gemm_simt_short_choice().enabled = true; }
+    } const short_tiles(who != impl::tessera_long_tiles);
     const split_scope split(who == impl::tessera_whole_k ? 1 : 0);
     // tf32 is tessera's float product under matmul_precision::high (restored on the way out).
     const precision_scope scope(K == kind::tf32 ? ts::matmul_precision::high
@@ -336,7 +343,8 @@ void bm_gemm(benchmark::State& st, impl who, int64_t m, int64_t k, int64_t n, do
 
 /// Rows for tessera and cuBLAS; with variants, also tessera's other kernels for K (the WMMA
 /// pipeline for tf32 / fp16 / bf16, the register-staged kernel for the pipelined kinds and int8)
-/// and, for int8 and tf32, B given k-contiguous; with whole_k, tessera with k never split.
+/// and, for int8 and tf32, B given k-contiguous; with whole_k, tessera with k never split; fp32
+/// products of at most 64 rows also on the SIMT kernel's 128-row tiles.
 template <kind K>
 void add_gemm(const char* type, int64_t m, int64_t k, int64_t n, double tol, int iterations,
               bool variants = false, bool whole_k = false) {
@@ -346,10 +354,12 @@ void add_gemm(const char* type, int64_t m, int64_t k, int64_t n, double tol, int
   // Kinds where tessera rows (B row-major) run wgmma when built for sm_90a.
   constexpr bool has_wgmma =
       K == kind::tf32 || K == kind::fp16 || K == kind::bf16 || K == kind::int8 || K == kind::fp8;
-  for (impl who : {impl::tessera, impl::tessera_cp_async, impl::tessera_narrow,
-                   impl::tessera_linear_order, impl::tessera_mma, impl::tessera_wmma,
-                   impl::tessera_staged, impl::tessera_tn, impl::tessera_whole_k, impl::cublas}) {
+  for (impl who :
+       {impl::tessera, impl::tessera_cp_async, impl::tessera_narrow, impl::tessera_linear_order,
+        impl::tessera_mma, impl::tessera_wmma, impl::tessera_staged, impl::tessera_tn,
+        impl::tessera_whole_k, impl::tessera_long_tiles, impl::cublas}) {
     if ((who == impl::tessera_whole_k && !whole_k) || (who == impl::tessera_staged && !variants) ||
+        (who == impl::tessera_long_tiles && !(K == kind::fp32 && m <= 64)) ||
         ((who == impl::tessera_cp_async || who == impl::tessera_narrow ||
           who == impl::tessera_linear_order) &&  // the TMA feed takes every wgmma kind
          !(variants && has_wgmma)) ||
@@ -366,6 +376,7 @@ void add_gemm(const char* type, int64_t m, int64_t k, int64_t n, double tol, int
                        : who == impl::tessera_staged       ? "/tessera_staged/"
                        : who == impl::tessera_tn           ? "/tessera_tn/"
                        : who == impl::tessera_whole_k      ? "/tessera_whole_k/"
+                       : who == impl::tessera_long_tiles   ? "/tessera_long_tiles/"
                                                            : "/cublas/";
     add_timed(std::string("gemm_") + type + name + shape, iterations,
               [=](benchmark::State& st) { bm_gemm<K>(st, who, m, k, n, tol); });

@@ -48,7 +48,8 @@ def gemm_table(rows, out, verdicts):
     pairs = defaultdict(dict)  # (type, shape) -> impl -> row
     for name, r in rows.items():
         m = re.match(r"gemm_(\w+)/(tessera_staged|tessera_mma|tessera_wmma|tessera_tn|"
-                     r"tessera_whole_k|tessera_cp_async|tessera_narrow|tessera_linear_order|tessera|cublas)"
+                     r"tessera_whole_k|tessera_long_tiles|tessera_cp_async|tessera_narrow|"
+                     r"tessera_linear_order|tessera|cublas)"
                      r"/(\S+)$", name)
         if m:
             pairs[(m.group(1), m.group(3))][m.group(2)] = r
@@ -58,12 +59,13 @@ def gemm_table(rows, out, verdicts):
     # k-contiguous (int8 and tf32 on wgmma: no pack; tf32 on mma.sync: ldmatrix rather than
     # 32-bit loads for B's fragments); tessera_whole_k: k never split; tessera_cp_async: the
     # wgmma kernel fed by cp.async where tessera rows feed it by TMA; tessera_narrow: TMA with
-    # 128 x 128 tiles only; tessera_linear_order: TMA with tiles in linear order; each when run.
+    # 128 x 128 tiles only; tessera_linear_order: TMA with tiles in linear order;
+    # tessera_long_tiles: fp32 of at most 64 rows on the SIMT kernel's 128-row tiles; each when run.
     out.append("| GEMM | m x k x n | tessera TFLOP/s | cuBLAS TFLOP/s | tessera / cuBLAS | rel_err "
                "| mma.sync TFLOP/s | WMMA pipeline TFLOP/s | register-staged TFLOP/s "
                "| B k-contiguous TFLOP/s | k whole TFLOP/s | wgmma cp.async feed TFLOP/s "
-               "| TMA 128 x 128 only TFLOP/s | TMA linear order TFLOP/s |")
-    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+               "| TMA 128 x 128 only TFLOP/s | TMA linear order TFLOP/s | SIMT 128-row tiles TFLOP/s |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for (typ, shape), impl in sorted(pairs.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         t, c = impl.get("tessera"), impl.get("cublas")
         tm, cm = median(t), median(c)
@@ -79,7 +81,8 @@ def gemm_table(rows, out, verdicts):
                    f"{fmt(impl.get('tessera_whole_k') and impl['tessera_whole_k'].get('TFLOP/s'))} | "
                    f"{fmt(impl.get('tessera_cp_async') and impl['tessera_cp_async'].get('TFLOP/s'))} | "
                    f"{fmt(impl.get('tessera_narrow') and impl['tessera_narrow'].get('TFLOP/s'))} | "
-                   f"{fmt(impl.get('tessera_linear_order') and impl['tessera_linear_order'].get('TFLOP/s'))} |")
+                   f"{fmt(impl.get('tessera_linear_order') and impl['tessera_linear_order'].get('TFLOP/s'))} | "
+                   f"{fmt(impl.get('tessera_long_tiles') and impl['tessera_long_tiles'].get('TFLOP/s'))} |")
         dims = [int(d) for d in shape.split("x")]
         if typ in GEMM_TARGETS and min(dims) >= 4096:
             verdicts.append((f"GEMM {typ} {shape} >= {GEMM_TARGETS[typ]}x cuBLAS", ratio,

@@ -4,6 +4,7 @@
 // must match the CPU's bit for bit whatever the summation order; int8 uses the extremes;
 // random-normal products (16-bit, tf32) are checked against their rounding. Every
 // test skips, with a message, when no CUDA device is visible.
+#include <cstring>
 #include <limits>
 #include <set>
 #include <string>
@@ -967,6 +968,70 @@ TEST_F(CudaGemmOps, SplitKChoosesPartsFromTilesAndK) {
   EXPECT_EQ(d::cuda_gemm_splits(1000, 1, 64, 64, 3 * 128 + 1, 4, 4), 4) << "forced, 4 granules";
   EXPECT_EQ(d::cuda_gemm_splits(1, 1, 4096, 4096, 1 << 20, 4, 1), 4) << "256 MB of sums";
   EXPECT_EQ(d::cuda_gemm_splits(1, 1, 8192, 8192, 1 << 20, 4, 1), 1) << "over 256 MB";
+}
+
+// Float products of at most 64 rows run on the SIMT kernel's 64-row tiles: the same sums in the
+// same order as on 128-row tiles, so random inputs (whose sums depend on the order) must give the
+// same bits either way. Tails on every side, every operand layout, a batch, split k, bias, gemm's
+// alpha and beta, and the convolutions' gathered operands (forward, input and weight gradients);
+// a 65-row product stays on 128-row tiles.
+TEST_F(CudaGemmOps, ShortSimtTilesGiveTheLongTilesBits) {
+  namespace d = ts::detail;
+  auto& tiles = d::cuda_gemm_simt_short_choice();
+  const auto both = [&](const std::string& what, bool short_tiles, auto run) {
+    tiles.enabled = false;
+    const int64_t before_long = tiles.launches.load();
+    const auto want = run().template to<ts::cpu>().to_vector();
+    EXPECT_EQ(tiles.launches.load(), before_long) << what << ": switched off";
+    tiles.enabled = true;
+    const int64_t before = tiles.launches.load();
+    const auto got = run().template to<ts::cpu>().to_vector();
+    EXPECT_EQ(tiles.launches.load() > before, short_tiles) << what << ": which tiles ran";
+    ASSERT_EQ(got.size(), want.size()) << what;
+    size_t differ = 0;
+    for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &want[i], 4) != 0;
+    EXPECT_EQ(differ, 0u) << what << ": elements whose bits differ";
+  };
+  ts::Generator gen(71);
+  const auto dev = [&](const ts::Shape& s) {
+    return ts::randn<float, ts::cpu>(s, gen).to<ts::cuda>();
+  };
+  const mnk cases[] = {{1, 1, 1},     {7, 5, 3},     {64, 130, 300},
+                       {33, 257, 65}, {64, 3136, 9}, {65, 40, 20}};
+  for (const auto& s : cases) {
+    const std::string what =
+        "matmul " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k);
+    const bool short_tiles = s.m <= 64;
+    const auto a = dev({s.m, s.k}), b = dev({s.k, s.n});
+    const auto at = dev({s.k, s.m}), bt = dev({s.n, s.k}), wide = dev({s.m, 2 * s.k});
+    both(what, short_tiles, [&] { return ts::matmul(a, b); });
+    both(what + " a^T", short_tiles, [&] { return ts::matmul(at.transpose(0, 1), b); });
+    both(what + " b^T", short_tiles, [&] { return ts::matmul(a, bt.transpose(0, 1)); });
+    both(what + " strided a", short_tiles,
+         [&] { return ts::matmul(wide.slice(1, 0, 2 * s.k, 2), b); });
+  }
+  const auto x3 = dev({3, 20, 70}), y3 = dev({70, 50});
+  both("batched", true, [&] { return ts::matmul(x3, y3); });
+  {
+    const split_k_scope split(3);
+    const auto a = dev({40, 300}), b = dev({300, 24});
+    both("3 parts of k", true, [&] { return ts::matmul(a, b); });
+  }
+  const auto x = dev({64, 100}), w = dev({30, 100}), bias = dev({30}), c = dev({64, 30});
+  both("linear with bias", true, [&] { return ts::linear(x, w, bias); });
+  both("gemm alpha 0.5 beta -2", true, [&] {
+    auto out = c.clone();
+    ts::gemm(0.5, x, w.transpose(0, 1), -2.0, out);
+    return out;
+  });
+  const ts::Conv2dOptions o{.padding = {1, 1}, .relu = true};
+  const auto img = dev({2, 3, 9, 8}), k = dev({20, 3, 3, 3}), kb = dev({20}),
+             g = dev({2, 20, 9, 8});
+  both("conv2d forward", true, [&] { return ts::conv2d(img, k, kb, o); });
+  both("conv2d input gradient", true,
+       [&] { return ts::conv2d_backward_input(g, k, img.shape(), o); });
+  both("conv2d weight gradient", true,
+       [&] { return ts::conv2d_backward_weight(g, img, k.shape(), o); });
 }
 
 TEST_F(CudaGemmOps, Int8AccumulatesExactlyInInt32) {

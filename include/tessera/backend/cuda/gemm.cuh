@@ -4,10 +4,12 @@
 // uint8 -> int32 exact).
 //
 // The kernel: 128 x 128 output tiles, 256 threads, each thread 8 x 8 outputs in registers (four
-// 4 x 4 quads, read from shared memory as 4-wide vectors), k in steps of 8 through shared memory,
-// the next step's tile loaded into registers while the current one is multiplied (two shared
-// buffers, one barrier per step). Loads follow whichever of the operand's strides is 1, so row- and
-// column-major operands (transposes as views) both read whole 32-byte sectors per warp.
+// 4 x 4 quads, read from shared memory as 4-wide vectors); float products of at most 64 rows
+// (a batch-64 layer, a convolution's 32 or 64 channels) on 64 x 128 tiles, 4 x 8 outputs per
+// thread, instead of half-empty 128-row ones (cuda_gemm_simt_short_choice); k in steps of 8 through
+// shared memory, the next step's tile loaded into registers while the current one is multiplied
+// (two shared buffers, one barrier per step). Loads follow whichever of the operand's strides is 1,
+// so row- and column-major operands (transposes as views) both read whole 32-byte sectors per warp.
 // Accumulation is in Acc in a fixed order (k ascending), so a result does not depend on the launch
 // geometry. Where the code was built for sm_80 or newer, 16- and 8-bit floats, int8 x int8, uint8 x
 // uint8, and float x float under set_float32_matmul_precision(high) run on the tensor cores instead
@@ -25,6 +27,7 @@
 #include "../../detail/gemm_problem.hpp"
 #include "error.hpp"
 #include "gemm_args.cuh"
+#include "gemm_choice.cuh"
 #include "gemm_tc.cuh"
 #include "gemm_tc_async.cuh"
 #include "launch.hpp"
@@ -35,6 +38,8 @@ namespace detail {
 
 inline constexpr int cuda_gemm_bm = 128, cuda_gemm_bn = 128, cuda_gemm_bk = 8;
 inline constexpr int cuda_gemm_threads = 256;
+/// Rows of the SIMT kernel's short tile: products with at most this many rows use it.
+inline constexpr int cuda_gemm_bm_short = 64;
 
 /// An input element in the accumulation type (low-precision floats through float).
 template <class Acc, class T>
@@ -42,19 +47,20 @@ __device__ __forceinline__ Acc cuda_gemm_in(T v) {
   return static_cast<Acc>(static_cast<compute_t<T>>(v));
 }
 
-/// Loads the [128 x 8] slice of A at (row m0, column k0) into 4 registers per thread (zero
+/// Loads the [BM x 8] slice of A at (row m0, column k0) into BM / 32 registers per thread (zero
 /// outside the matrix). With a_cs == 1 eight consecutive threads read one row's 8 k values; else
 /// consecutive threads read consecutive rows of one k column.
-template <class Acc, class TA>
+template <int BM, class Acc, class TA>
 __device__ __forceinline__ void cuda_gemm_load_a(const TA* a, int64_t a_rs, int64_t a_cs, int64_t m,
-                                                 int64_t k, int64_t m0, int64_t k0, Acc (&r)[4],
-                                                 int (&row)[4], int (&col)[4]) {
+                                                 int64_t k, int64_t m0, int64_t k0,
+                                                 Acc (&r)[BM / 32], int (&row)[BM / 32],
+                                                 int (&col)[BM / 32]) {
   const int t = threadIdx.x;
   const bool k_fast = a_cs == 1;
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int rr = k_fast ? t / 8 + 32 * j : t % 128;
-    const int cc = k_fast ? t % 8 : t / 128 + 2 * j;
+  for (int j = 0; j < BM / 32; ++j) {
+    const int rr = k_fast ? t / 8 + 32 * j : t % BM;
+    const int cc = k_fast ? t % 8 : t / BM + cuda_gemm_threads / BM * j;
     row[j] = rr, col[j] = cc;
     const int64_t gi = m0 + rr, gk = k0 + cc;
     r[j] = gi < m && gk < k ? cuda_gemm_in<Acc>(a[gi * a_rs + gk * a_cs]) : Acc(0);
@@ -93,17 +99,17 @@ __device__ __forceinline__ void cuda_gemm_gather_b(const TB* image,
                         [](TB v) { return cuda_gemm_in<Acc>(v); });
 }
 
-/// The [128 x 8] slice of a weight gradient's A (dy; see cuda_conv_k_gather) at (row m0, k0) in
+/// The [BM x 8] slice of a weight gradient's A (dy; see cuda_conv_k_gather) at (row m0, k0) in
 /// cuda_gemm_load_a's k-fast layout: eight consecutive threads read eight consecutive pixels of
 /// a row of dy.
-template <class Acc, class TA, class TB, class TC>
+template <int BM, class Acc, class TA, class TB, class TC>
 __device__ __forceinline__ void cuda_gemm_kgather_a(const TA* a,
                                                     const cuda_gemm_args<TA, TB, Acc, TC>& p,
-                                                    int64_t m0, int64_t k0, Acc (&r)[4],
-                                                    int (&row)[4], int (&col)[4]) {
+                                                    int64_t m0, int64_t k0, Acc (&r)[BM / 32],
+                                                    int (&row)[BM / 32], int (&col)[BM / 32]) {
   const int t = threadIdx.x;
 #pragma unroll
-  for (int j = 0; j < 4; ++j) row[j] = t / 8 + 32 * j, col[j] = t % 8;
+  for (int j = 0; j < BM / 32; ++j) row[j] = t / 8 + 32 * j, col[j] = t % 8;
   cuda_k_gather_load_a(a, p.kgather, p.a_rs, p.m, p.k, m0, k0, t / 8, t % 8, 32, r,
                        [](TA v) { return cuda_gemm_in<Acc>(v); });
 }
@@ -123,17 +129,20 @@ __device__ __forceinline__ void cuda_gemm_kgather_b(const TB* x,
                        [](TB v) { return cuda_gemm_in<Acc>(v); });
 }
 
-/// Where a SIMT thread's outputs lie in its block's 128 x 128 tile. The 8 warps form a 4 x 2 grid
-/// of 32 x 64 warp tiles; a warp's lanes a 4 x 8 grid of 4 x 4 quads, repeated twice down (16
-/// rows apart) and twice across (32 columns apart). Thread output (i, j), i, j < 8, is at row
-/// row0 + 16 (i / 4) + i % 4 and column col0 + 32 (j / 4) + j % 4. Why quads: each k step a
-/// thread reads its 8 A and 8 B values as four 4-wide shared loads (128-bit for float and int32),
-/// and a warp's lanes read 64 (A) and 128 (B) consecutive bytes, so each load is one shared-memory
-/// wavefront without conflicts: 4 load instructions per 64 FMAs, where one value per load took 16.
+/// Where a SIMT thread's outputs lie in its block's BM x 128 tile. The 8 warps form a 4 x 2 grid
+/// of (BM / 4) x 64 warp tiles; a warp's lanes a 4 x 8 grid of 4 x 4 quads, repeated BM / 64
+/// times down (16 rows apart) and twice across (32 columns apart). Thread output (i, j),
+/// i < BM / 16, j < 8, is at row row0 + 16 (i / 4) + i % 4 and column col0 + 32 (j / 4) + j % 4.
+/// Why quads: each k step a thread reads its A and 8 B values as 4-wide shared loads (128-bit for
+/// float and int32), and a warp's lanes read 64 (A) and 128 (B) consecutive bytes, so each load is
+/// one shared-memory wavefront without conflicts: 4 load instructions per 64 FMAs (128-row
+/// tiles), where one value per load took 16.
+template <int BM>
 struct cuda_simt_quads {
   int row0, col0;
   __device__ __forceinline__ explicit cuda_simt_quads(int t)
-      : row0((t / 32) / 2 * 32 + (t % 32) / 8 * 4), col0((t / 32) % 2 * 64 + (t % 32) % 8 * 4) {}
+      : row0((t / 32) / 2 * (BM / 4) + (t % 32) / 8 * 4),
+        col0((t / 32) % 2 * 64 + (t % 32) % 8 * 4) {}
   __device__ __forceinline__ int row(int i) const { return row0 + 16 * (i / 4) + i % 4; }
   __device__ __forceinline__ int col(int j) const { return col0 + 32 * (j / 4) + j % 4; }
 };
@@ -149,40 +158,42 @@ struct alignas(4 * sizeof(Acc)) cuda_simt_quad {
 /// fall in eight different bank groups rather than one, and rows stay aligned for quad reads.
 inline constexpr int cuda_gemm_pitch = cuda_gemm_bm + 4;
 
-/// One 128 x 128 tile of matrix blockIdx.z (+ 65535 * i for large batches) per block, each
-/// thread 8 x 8 outputs placed as cuda_simt_quads says.
-template <class TA, class TB, class Acc, bool Gather = false, class TC = Acc, bool KGather = false>
+/// One BM x 128 tile (BM 128, or 64 for products of at most 64 rows) of matrix blockIdx.z
+/// (+ 65535 * i for large batches) per block, each thread BM / 16 x 8 outputs placed as
+/// cuda_simt_quads says. Every output is the same sum in the same order for either BM.
+template <class TA, class TB, class Acc, bool Gather = false, class TC = Acc, bool KGather = false,
+          int BM = cuda_gemm_bm>
 __global__ void __launch_bounds__(cuda_gemm_threads)
     cuda_gemm_simt(cuda_gemm_args<TA, TB, Acc, TC> p, int64_t batch) {
   static_assert(!(Gather && KGather), "one gather at a time");
-  static_assert(cuda_gemm_bm == 128 && cuda_gemm_bn == 128 && cuda_gemm_threads == 256,
-                "cuda_simt_quads places 256 threads on a 128 x 128 tile");
-  constexpr int BK = cuda_gemm_bk, LD = cuda_gemm_pitch;
+  static_assert((BM == 128 || BM == 64) && cuda_gemm_bn == 128 && cuda_gemm_threads == 256,
+                "cuda_simt_quads places 256 threads on a 128- or 64-row tile 128 wide");
+  constexpr int BK = cuda_gemm_bk, LD = cuda_gemm_pitch, LDA = BM + 4, MI = BM / 16, JA = BM / 32;
   using quad = cuda_simt_quad<Acc>;
-  __shared__ quad As_[2][BK][LD / 4];  // quads, so the tiles are aligned for quad reads
+  __shared__ quad As_[2][BK][LDA / 4];  // quads, so the tiles are aligned for quad reads
   __shared__ quad Bs_[2][BK][LD / 4];
-  auto As = reinterpret_cast<Acc(*)[BK][LD]>(&As_[0][0][0]);
+  auto As = reinterpret_cast<Acc(*)[BK][LDA]>(&As_[0][0][0]);
   auto Bs = reinterpret_cast<Acc(*)[BK][LD]>(&Bs_[0][0][0]);
-  const cuda_simt_quads at(threadIdx.x);
-  const int64_t m0 = int64_t{blockIdx.y} * cuda_gemm_bm, n0 = int64_t{blockIdx.x} * cuda_gemm_bn;
+  const cuda_simt_quads<BM> at(threadIdx.x);
+  const int64_t m0 = int64_t{blockIdx.y} * BM, n0 = int64_t{blockIdx.x} * cuda_gemm_bn;
   for (int64_t z = blockIdx.z; z < batch * p.splits; z += gridDim.z) {
     const auto [zb, k_begin, steps] = cuda_split_of<BK>(p, z, batch);
     const auto [a, b, c] = cuda_batch_matrix_at<TA, TB>(p, zb);
     const int64_t k_end = k_begin + steps * BK;
-    Acc acc[8][8];
+    Acc acc[MI][8];
 #pragma unroll
-    for (int i = 0; i < 8; ++i)
+    for (int i = 0; i < MI; ++i)
 #pragma unroll
       for (int j = 0; j < 8; ++j) acc[i][j] = Acc(0);
 
     if (p.alpha != Acc(0)) {
-      Acc ra[4], rb[4];
-      int ar[4], ac[4], br[4], bc[4];
+      Acc ra[JA], rb[4];
+      int ar[JA], ac[JA], br[4], bc[4];
       const auto load_a = [&](int64_t k0) {
         if constexpr (KGather)
-          cuda_gemm_kgather_a(a, p, m0, k0, ra, ar, ac);
+          cuda_gemm_kgather_a<BM>(a, p, m0, k0, ra, ar, ac);
         else
-          cuda_gemm_load_a<Acc>(a, p.a_rs, p.a_cs, p.m, p.k, m0, k0, ra, ar, ac);
+          cuda_gemm_load_a<BM, Acc>(a, p.a_rs, p.a_cs, p.m, p.k, m0, k0, ra, ar, ac);
       };
       const auto load_b = [&](int64_t k0) {
         if constexpr (Gather)
@@ -196,7 +207,9 @@ __global__ void __launch_bounds__(cuda_gemm_threads)
       load_b(k_begin);
       int buf = 0;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) As[0][ac[j]][ar[j]] = ra[j], Bs[0][br[j]][bc[j]] = rb[j];
+      for (int j = 0; j < JA; ++j) As[0][ac[j]][ar[j]] = ra[j];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) Bs[0][br[j]][bc[j]] = rb[j];
       __syncthreads();
       for (int64_t k0 = k_begin; k0 < k_end; k0 += BK) {
         const bool more = k0 + BK < k_end;
@@ -206,14 +219,13 @@ __global__ void __launch_bounds__(cuda_gemm_threads)
         }
 #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
-          quad av[2], bv[2];
+          quad av[MI / 4], bv[2];
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            av[h] = As_[buf][kk][(at.row0 + 16 * h) / 4];
-            bv[h] = Bs_[buf][kk][(at.col0 + 32 * h) / 4];
-          }
+          for (int h = 0; h < MI / 4; ++h) av[h] = As_[buf][kk][(at.row0 + 16 * h) / 4];
 #pragma unroll
-          for (int i = 0; i < 8; ++i)
+          for (int h = 0; h < 2; ++h) bv[h] = Bs_[buf][kk][(at.col0 + 32 * h) / 4];
+#pragma unroll
+          for (int i = 0; i < MI; ++i)
 #pragma unroll
             for (int j = 0; j < 8; ++j) acc[i][j] += av[i / 4].v[i % 4] * bv[j / 4].v[j % 4];
         }
@@ -221,7 +233,9 @@ __global__ void __launch_bounds__(cuda_gemm_threads)
           // The other buffer was last read before the previous barrier: safe to overwrite.
           buf ^= 1;
 #pragma unroll
-          for (int j = 0; j < 4; ++j) As[buf][ac[j]][ar[j]] = ra[j], Bs[buf][br[j]][bc[j]] = rb[j];
+          for (int j = 0; j < JA; ++j) As[buf][ac[j]][ar[j]] = ra[j];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) Bs[buf][br[j]][bc[j]] = rb[j];
           __syncthreads();
         }
       }
@@ -231,7 +245,7 @@ __global__ void __launch_bounds__(cuda_gemm_threads)
     // (double: one element at a time; its quads cost 120 bytes of spills, it is no target).
     Acc* const part = cuda_gemm_part_of(p, z);  // split k: raw sums, else null
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
+    for (int i = 0; i < MI; ++i) {
       const int64_t gi = m0 + at.row(i);
       if (gi >= p.m) continue;
       if constexpr (sizeof(Acc) <= 4) {
@@ -250,6 +264,30 @@ __global__ void __launch_bounds__(cuda_gemm_threads)
     }
     __syncthreads();  // the next batch matrix reuses the shared buffers
   }
+}
+
+/// Whether the SIMT kernel has a 64-row tile for these types: float, whose products (under the
+/// default matmul precision) are the fp32 training step's; the other types keep one SIMT kernel
+/// each, which their compile time would otherwise double.
+template <class TA, class TB, class Acc>
+inline constexpr bool cuda_simt_has_short_tile =
+    std::is_same_v<TA, float>&& std::is_same_v<TB, float>&& std::is_same_v<Acc, float>;
+
+/// Launches the SIMT kernel for q on grid g (128 x 128 tiles over `batch`): on 64-row tiles
+/// where q has at most 64 rows and the types have them (the grid is the same, one row of tiles;
+/// each block does half the work), else on 128-row tiles.
+template <bool Gather, bool KGather, class TA, class TB, class Acc, class TC>
+void cuda_gemm_launch_simt(const cuda_gemm_args<TA, TB, Acc, TC>& q, dim3 g, int64_t batch) {
+  if constexpr (cuda_simt_has_short_tile<TA, TB, Acc>) {
+    constexpr auto short_tiles =
+        cuda_gemm_simt<TA, TB, Acc, Gather, TC, KGather, cuda_gemm_bm_short>;
+    if (q.m <= cuda_gemm_bm_short &&
+        cuda_try_launch_smem<short_tiles, 0>(cuda_gemm_simt_short_choice(), "cuda_gemm_simt", g,
+                                             dim3(cuda_gemm_threads), q, batch))
+      return;
+  }
+  cuda_launch("cuda_gemm_simt", cuda_gemm_simt<TA, TB, Acc, Gather, TC, KGather>, g,
+              dim3(cuda_gemm_threads), q, batch);
 }
 
 /// The batch offsets of a product as the kernels read them. Offsets that are multiples of the
@@ -367,8 +405,7 @@ bool cuda_gemm_run(const gemm_problem<TA, TB, Acc, TC>& pr, const cuda_conv_gath
   }
   if (Gather && gather.pixel > 1) return false;
   return cuda_gemm_run_split(p, pr.batch, grid, cuda_split_min_simt, [&](dim3 g, const auto& q) {
-    cuda_launch("cuda_gemm_simt", cuda_gemm_simt<TA, TB, Acc, Gather, TC>, g,
-                dim3(cuda_gemm_threads), q, pr.batch);
+    cuda_gemm_launch_simt<Gather, false>(q, g, pr.batch);
     return true;
   });
 }
@@ -399,8 +436,7 @@ void cuda_gemm_run_weight_grad(const gemm_problem<TA, TB, Acc, TC>& pr,
       return;
   }
   cuda_gemm_run_split(p, 1, grid, cuda_split_min_simt, [&](dim3 g, const auto& q) {
-    cuda_launch("cuda_gemm_simt", cuda_gemm_simt<TA, TB, Acc, false, TC, true>, g,
-                dim3(cuda_gemm_threads), q, int64_t{1});
+    cuda_gemm_launch_simt<false, true>(q, g, int64_t{1});
     return true;
   });
 }

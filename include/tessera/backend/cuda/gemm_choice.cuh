@@ -43,6 +43,15 @@ inline cuda_kernel_choice& cuda_gemm_tc_choice() {
   return choice;
 }
 
+/// Whether the SIMT kernel may run float products of at most 64 rows on 64 x 128 tiles
+/// (cuda_gemm_simt with BM = 64) instead of 128-row tiles half or more of whose rows are empty,
+/// and how many launches it has had so. Switched off, those products run on 128-row tiles, with
+/// the same results bit for bit (tests compare the two).
+inline cuda_kernel_choice& cuda_gemm_simt_short_choice() {
+  static cuda_kernel_choice choice;
+  return choice;
+}
+
 /// Makes dispatch start at `first`: switches off the pipelines tried before it and on the rest.
 /// cuda_gemm_start_at(cuda_gemm_pipeline::wgmma) is the default; `none` leaves the products to
 /// the register-staged kernel. Tests and benchmarks use it to run each kernel on the same inputs.
