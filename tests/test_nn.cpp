@@ -397,4 +397,17 @@ TEST(Layers, FusedConvReluMaxPoolRecordsNothingUnderNoGrad) {
   EXPECT_THROW(seq(ts::randn<float, ts::cpu>({2, 1, 1, 1}, gen)), ts::shape_error);
 }
 
+TEST(Layers, FusedConvReluMaxPoolTakesAnEmptyBatch) {
+  nn::manual_seed(8);
+  nn::Conv2d<float, ts::cpu> conv(2, 3, 3, {.padding = {1, 1}});
+  nn::Sequential seq{conv, nn::ReLU<float, ts::cpu>(), nn::MaxPool2d<float, ts::cpu>(2)};
+  ts::Variable<float, ts::cpu> x(ts::zeros<float, ts::cpu>({0, 2, 6, 6}), true);
+  const auto y = seq(x);
+  EXPECT_EQ(y.shape(), (ts::Shape{0, 3, 3, 3}));
+  ts::sum(y).backward();
+  EXPECT_EQ(x.grad().shape(), (ts::Shape{0, 2, 6, 6}));
+  for (float v : conv.weight.grad().to_vector()) EXPECT_EQ(v, 0.0f);
+  for (float v : conv.bias.grad().to_vector()) EXPECT_EQ(v, 0.0f);
+}
+
 }  // namespace
