@@ -227,7 +227,8 @@ __global__ void __launch_bounds__(cuda_gemm_threads)
 #pragma unroll
           for (int i = 0; i < MI; ++i)
 #pragma unroll
-            for (int j = 0; j < 8; ++j) acc[i][j] += av[i / 4].v[i % 4] * bv[j / 4].v[j % 4];
+            for (int j = 0; j < 8; ++j)
+              acc[i][j] = cuda_gemm_fma(av[i / 4].v[i % 4], bv[j / 4].v[j % 4], acc[i][j]);
         }
         if (more) {
           // The other buffer was last read before the previous barrier: safe to overwrite.

@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -178,6 +179,19 @@ __device__ __forceinline__ cuda_split_part cuda_split_of(const cuda_gemm_args<TA
   return {z - part * batch, k0, (k + BK - 1) / BK};
 }
 
+/// acc + a b, rounded once for float and double: the FFMA / DFMA that nvcc makes of the
+/// expression anyway, written out so that the host emulation (whose compiler fuses or not in each
+/// inlined copy as it sees fit) gives every kernel variant the GPU's bits. Integers as written.
+template <class Acc>
+__device__ __forceinline__ Acc cuda_gemm_fma(Acc a, Acc b, Acc acc) {
+  if constexpr (std::is_same_v<Acc, float>)
+    return fmaf(a, b, acc);
+  else if constexpr (std::is_same_v<Acc, double>)
+    return fma(a, b, acc);
+  else
+    return acc + a * b;
+}
+
 /// The epilogue of every GEMM kernel for output (gi, gj) of matrix c (inside the product), at
 /// `out`: alpha * acc (+ beta * *out) (+ bias) (relu) in Acc, rounded once to TC; beta == 0
 /// never reads c. cuda_gemm_store writes it.
@@ -186,9 +200,9 @@ __device__ __forceinline__ TC cuda_gemm_output(const cuda_gemm_args<TA, TB, Acc,
                                                const TC* out, int64_t gi, int64_t gj, Acc acc) {
   Acc v = p.alpha * acc;
   if constexpr (std::is_same_v<TC, Acc>) {
-    if (p.beta != Acc(0)) v += p.beta * *out;
+    if (p.beta != Acc(0)) v = cuda_gemm_fma(p.beta, *out, v);
   } else {
-    if (p.beta != Acc(0)) v += p.beta * static_cast<Acc>(static_cast<float>(*out));
+    if (p.beta != Acc(0)) v = cuda_gemm_fma(p.beta, static_cast<Acc>(static_cast<float>(*out)), v);
   }
   if (p.bias_kind == gemm_bias::per_row)
     v += p.bias[gi * p.bias_stride];
