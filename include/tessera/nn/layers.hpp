@@ -268,7 +268,9 @@ class Sequential : public Module<T, B> {
   Variable<T, B> forward(const Variable<T, B>& x) override {
     Variable<T, B> y = x;
     for (size_t i = 0; i < layers_.size(); ++i) {
-      if (i + 2 < layers_.size() && dynamic_cast<const ReLU<T, B>*>(layers_[i + 1].get())) {
+      const bool relu_next =
+          i + 1 < layers_.size() && dynamic_cast<const ReLU<T, B>*>(layers_[i + 1].get());
+      if (relu_next && i + 2 < layers_.size()) {
         const auto* conv = dynamic_cast<const Conv2d<T, B>*>(layers_[i].get());
         const auto* pool = dynamic_cast<const MaxPool2d<T, B>*>(layers_[i + 2].get());
         if (conv && pool) {
@@ -278,7 +280,7 @@ class Sequential : public Module<T, B> {
           continue;
         }
       }
-      if (i + 1 < layers_.size() && dynamic_cast<const ReLU<T, B>*>(layers_[i + 1].get())) {
+      if (relu_next) {
         y = layers_[i]->forward_relu(y);
         ++i;
       } else {
