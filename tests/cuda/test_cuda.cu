@@ -623,6 +623,16 @@ __global__ void last_block(int* out) {
 /// Thread i writes v into p[i].
 __global__ void fill(int* p, int v) { p[threadIdx.x] = v; }
 
+/// Block `writer` fills a static shared array (100 + its thread's index); every block's threads
+/// then read their slot of it.
+__global__ void static_shared(int* out, int writer) {
+  TESSERA_CUDA_SHARED(int, s, [64]);
+  const int t = static_cast<int>(threadIdx.x), b = static_cast<int>(blockIdx.x);
+  if (b == writer) s[t] = 100 + t;
+  __syncthreads();
+  out[b * 64 + t] = s[t];
+}
+
 /// Runs neighbour under `how` and returns, per (round, block), whether every thread read what
 /// its neighbour wrote that round.
 std::vector<bool> rounds_right(tessera_cuda_emulation::thread_order how, int blocks, int rounds,
@@ -802,6 +812,31 @@ TEST(CudaEmulationQueue, AReusedBlockIsPoisonedLikeANewOne) {
   EXPECT_EQ(q[0], 0xff);
   EXPECT_EQ(q[bytes - 1], 0xff);
   cache.deallocate(q, bytes);
+}
+
+// Static shared memory is undefined when a block starts, as on a GPU: the emulation fills it with
+// 0xff bytes for every block, where its one static object per kernel would otherwise start at
+// zero and then hold what the previous block (or launch) left.
+TEST(CudaEmulationLaunch, StaticSharedMemoryStartsUndefinedInEveryBlock) {
+  using tessera_cuda_emulation::thread_order;
+  const auto saved = tessera_cuda_emulation::order;
+  const ts::detail::cuda_scratch out(sizeof(int) * 64 * 3);
+  auto* const o = static_cast<int*>(out.get());
+  std::vector<int> got(64 * 3);
+  for (const auto how : {thread_order::forward, thread_order::reverse}) {
+    tessera_cuda_emulation::order = how;
+    for (const int writer : {1, -1}) {  // the middle block, then none
+      ts::detail::cuda_launch("static_shared", order_probe::static_shared, dim3(3), dim3(64), o,
+                              writer);
+      ASSERT_EQ(cudaMemcpy(got.data(), o, got.size() * sizeof(int), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      for (int b = 0; b < 3; ++b)
+        for (int t = 0; t < 64; ++t)
+          EXPECT_EQ(got[static_cast<size_t>(b * 64 + t)], b == writer ? 100 + t : -1)
+              << "block " << b << ", thread " << t << ", writer " << writer;
+    }
+  }
+  tessera_cuda_emulation::order = saved;
 }
 
 TEST(CudaEmulationOrder, ReverseRunsBlocksFromTheLast) {

@@ -30,7 +30,8 @@
 //  - dynamic shared memory (tessera's cuda_dynamic_smem()): a launch asking for more than 48 KB
 //    fails unless cudaFuncSetAttribute raised the kernel's limit first (at most 227 KB, sm_90's),
 //    and every block's buffer starts filled with 0xff bytes, so reads of unwritten shared
-//    memory show up;
+//    memory show up; so does static shared memory (TESSERA_CUDA_SHARED, the only way it can be
+//    declared here), refilled when each block first reaches its declaration;
 //  - asynchronous copies to shared memory (cp.async, through tessera's cuda_cp_async16): a copy
 //    lands only when its thread waits for its group (cuda_cp_async_wait), never earlier, so a
 //    kernel that reads a stage before waiting for it reads stale data; copies must be 16-byte
@@ -107,9 +108,12 @@
 #define __global__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-// Blocks run one at a time, so one static object per kernel instantiation serves as every
-// block's shared memory (it is zero at the first launch; on a GPU it is undefined).
-#define __shared__ static
+// Static shared memory is declared through tessera's TESSERA_CUDA_SHARED (block_shared.cuh):
+// blocks run one at a time, so one static object per kernel instantiation serves every block,
+// refilled with 0xff bytes when a block first reaches its declaration (undefined_at_block_start).
+// A bare __shared__ would start at zero and keep the previous block's values, hiding reads of
+// what the block never wrote: it does not compile here.
+#define __shared__ declare_static_shared_memory_with_TESSERA_CUDA_SHARED
 #define __align__(n) __attribute__((aligned(n)))
 #define __grid_constant__
 
@@ -388,6 +392,18 @@ inline size_t dynamic_smem_limit(const void* kernel, const size_t* bytes = nullp
   if (bytes) limits[kernel] = *bytes;
   const auto it = limits.find(kernel);
   return it == limits.end() ? default_dynamic_smem : it->second;
+}
+
+/// The running block's number, counted over every launch (launches run one at a time).
+inline uint64_t block_serial = 0;
+
+/// Static shared memory (TESSERA_CUDA_SHARED): the first thread of each block to reach the
+/// declaration fills the object with 0xff bytes, as a GPU leaves it undefined; `filled_for`
+/// remembers the block that did.
+inline void undefined_at_block_start(void* object, size_t bytes, uint64_t& filled_for) {
+  if (filled_for == block_serial) return;
+  filled_for = block_serial;
+  std::memset(object, 0xff, bytes);
 }
 
 /// The running block's dynamic shared memory.
@@ -739,6 +755,7 @@ inline void run_launch(const char* what, dim3 grid, dim3 block, const std::funct
     const unsigned bz = static_cast<unsigned>(b / (uint64_t{grid.x} * grid.y));
     blockIdx = uint3{bx, by, bz};
     std::memset(smem_base, 0xff, smem_bytes);  // undefined on a GPU
+    ++block_serial;                            // and so is static shared memory
     r.barriers.clear();
     for (size_t i = 0; i < n; ++i) {
       fiber& f = fibers[i];

@@ -43,6 +43,7 @@
 
 #include "../../detail/conv_problem.hpp"
 #include "../../detail/gemm_problem.hpp"
+#include "block_shared.cuh"
 #include "error.hpp"
 #include "gemm.cuh"
 #include "launch.hpp"
@@ -129,7 +130,7 @@ __global__ void __launch_bounds__(cuda_conv_threads)
 template <class T>
 __global__ void __launch_bounds__(cuda_conv_threads)
     cuda_conv_bias_backward(conv_bias_backward_problem<T> pr) {
-  __shared__ double sh[cuda_conv_threads];
+  TESSERA_CUDA_SHARED(double, sh, [cuda_conv_threads]);
   const int t = threadIdx.x;
   const int64_t count = pr.n * pr.plane;
   for (int64_t ch = blockIdx.x; ch < pr.k; ch += gridDim.x) {

@@ -22,6 +22,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "block_shared.cuh"
 #include "gemm_args.cuh"
 #include "launch.hpp"
 #include "memory.hpp"
@@ -46,7 +47,7 @@ __global__ void __launch_bounds__(cuda_pack_threads)
   constexpr int W = 4 / static_cast<int>(sizeof(T));  // elements per word
   // Rows padded by one word: words stay 4-byte aligned, and a column read of 4-byte elements
   // meets 32 banks.
-  __shared__ __align__(16) T sh[P][P + W];
+  TESSERA_CUDA_SHARED(__align__(16) T, sh, [P][P + W]);
   const int t = static_cast<int>(threadIdx.x);
   const int64_t tiles_k = (ld + P - 1) / P, tiles = (outer + P - 1) / P * tiles_k;
   const bool along_k = s_k == 1;

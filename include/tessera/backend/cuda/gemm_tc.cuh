@@ -36,6 +36,7 @@
 #include "../../core/float8.hpp"
 #include "../../core/half.hpp"
 #include "../../core/matmul_precision.hpp"
+#include "block_shared.cuh"
 #include "error.hpp"
 #include "gemm_args.cuh"
 #include "mma_sync.cuh"
@@ -314,7 +315,7 @@ __global__ void __launch_bounds__(cuda_tc_threads)
   constexpr int BM = cuda_tc_bm, BN = cuda_tc_bn, BK = Cfg::bk, FK = Cfg::fk;
   constexpr int NA = BM * BK / cuda_tc_threads, NB = BK * BN / cuda_tc_threads;
   // A and B tiles (two buffers each) while multiplying; the warps' staging tiles after.
-  __shared__ __align__(128) unsigned char smem[cuda_tc_smem_bytes<Cfg>];
+  TESSERA_CUDA_SHARED(__align__(128) unsigned char, smem, [cuda_tc_smem_bytes<Cfg>]);
   E* const As = reinterpret_cast<E*>(smem);
   E* const Bs = As + 2 * Cfg::a_elems;
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;

@@ -12,6 +12,7 @@
 
 #include "../../detail/loss_problem.hpp"
 #include "../tags.hpp"
+#include "block_shared.cuh"
 #include "launch.hpp"
 
 TESSERA_BEGIN_NAMESPACE
@@ -27,7 +28,7 @@ template <class T>
 __global__ void __launch_bounds__(cuda_label_threads)
     cuda_check_labels(const int64_t* labels, int64_t n, int64_t c, int64_t ignore, T* counted,
                       int* fault) {
-  __shared__ int64_t sh[cuda_label_threads];
+  TESSERA_CUDA_SHARED(int64_t, sh, [cuda_label_threads]);
   const int t = threadIdx.x;
   int64_t k = 0;
   for (int64_t i = t; i < n; i += cuda_label_threads) {
@@ -56,8 +57,8 @@ __global__ void __launch_bounds__(cuda_label_threads)
 template <class T>
 __global__ void __launch_bounds__(cuda_label_threads)
     cuda_cross_entropy_block(cross_entropy_problem<T> p, int* fault) {
-  __shared__ double sh_loss[cuda_label_threads];
-  __shared__ int64_t sh_count[cuda_label_threads];
+  TESSERA_CUDA_SHARED(double, sh_loss, [cuda_label_threads]);
+  TESSERA_CUDA_SHARED(int64_t, sh_count, [cuda_label_threads]);
   const int t = threadIdx.x;
   double total = 0;
   int64_t k = 0;

@@ -9,6 +9,7 @@
 
 #include "../../core/storage.hpp"
 #include "../../detail/layout.hpp"
+#include "block_shared.cuh"
 #include "error.hpp"
 #include "launch.hpp"
 #include "memory.hpp"
@@ -82,7 +83,7 @@ __global__ void __launch_bounds__(cuda_reduce_threads)
     cuda_reduce_pass(R red, const In* in, cuda_reduce_geometry g, Out* out,
                      typename R::acc_type* part) {
   using Acc = typename R::acc_type;
-  __shared__ cuda_reduce_shared<Acc> raw;
+  TESSERA_CUDA_SHARED(cuda_reduce_shared<Acc>, raw);
   Acc* sh = reinterpret_cast<Acc*>(raw.bytes);
   const int x = threadIdx.x, y = threadIdx.y, X = blockDim.x, Y = blockDim.y;
   const int64_t groups = (g.nout + X - 1) / X, items = groups * g.parts;
@@ -121,7 +122,7 @@ template <class R, class Out>
 __global__ void __launch_bounds__(cuda_reduce_threads)
     cuda_reduce_combine(R red, const typename R::acc_type* part, cuda_reduce_geometry g, Out* out) {
   using Acc = typename R::acc_type;
-  __shared__ cuda_reduce_shared<Acc> raw;
+  TESSERA_CUDA_SHARED(cuda_reduce_shared<Acc>, raw);
   Acc* sh = reinterpret_cast<Acc*>(raw.bytes);
   const int x = threadIdx.x, y = threadIdx.y, X = blockDim.x, Y = blockDim.y;
   const int64_t groups = (g.nout + X - 1) / X;
