@@ -92,24 +92,27 @@ def gemm_table(rows, out, verdicts):
 def conv_table(rows, out, verdicts):
     pairs = defaultdict(dict)  # (pass, math, shape) -> impl -> row
     for name, r in rows.items():
-        m = re.match(r"conv_(\w+)/(\w+)/(tessera_planar|tessera_whole_k|tessera_lowered|"
-                     r"tessera_winograd|tessera|cudnn)/(\w+)$", name)
+        m = re.match(r"conv_(\w+)/(\w+)/(tessera_planar|tessera_whole_k|tessera_split32|"
+                     r"tessera_lowered|tessera_winograd|tessera|cudnn)/(\w+)$", name)
         if m:
             pairs[(m.group(1), m.group(2), m.group(4))][m.group(3)] = r
     # tessera_planar (tf32): the planar implicit GEMM on the register-staged kernel, where tessera
     # runs the channels-last one on the pipelined kernels (when the channels allow);
+    # tessera_split32 (fp32 weight gradients of lenet1 and lenet2): k in 32 parts, the split's
+    # choice there before its cap went;
     # tessera_lowered (weight gradients; strided input gradients): implicit GEMM off, the input
     # (or W^T dy) lowered in device memory;
     # tessera_winograd (fp32 3x3 stride-1 forward, input and weight gradients): under
     # set_float32_conv_algorithm(winograd); cuDNN's algorithm: the label of its row (what
     # cudnnFind* chose).
     out.append("| pass | math | shape | tessera TFLOP/s | cuDNN TFLOP/s | tessera / cuDNN | rel_err "
-               "| planar TFLOP/s | k whole TFLOP/s | lowered TFLOP/s | Winograd TFLOP/s | Winograd / cuDNN "
-               "| cuDNN algorithm |")
-    out.append("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+               "| planar TFLOP/s | k whole TFLOP/s | 32 parts TFLOP/s | lowered TFLOP/s "
+               "| Winograd TFLOP/s | Winograd / cuDNN | cuDNN algorithm |")
+    out.append("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for (p, math, shape), impl in sorted(pairs.items()):
         t, c, pl = impl.get("tessera"), impl.get("cudnn"), impl.get("tessera_planar")
         wk, lw = impl.get("tessera_whole_k"), impl.get("tessera_lowered")
+        s32 = impl.get("tessera_split32")
         wg = impl.get("tessera_winograd")
         tm, cm, wm = median(t), median(c), median(wg)
         ratio = cm / tm if tm and cm else None
@@ -119,6 +122,7 @@ def conv_table(rows, out, verdicts):
                    f"{fmt(t and t.get('rel_err'), '.1e')} | "
                    f"{fmt(pl and median(pl) and pl.get('TFLOP/s'), '.2f')} | "
                    f"{fmt(wk and median(wk) and wk.get('TFLOP/s'), '.2f')} | "
+                   f"{fmt(s32 and median(s32) and s32.get('TFLOP/s'), '.2f')} | "
                    f"{fmt(lw and median(lw) and lw.get('TFLOP/s'), '.2f')} | "
                    f"{fmt(wm and wg.get('TFLOP/s'), '.2f')} | {fmt(wratio, '.2f')} | "
                    f"{(c and c.get('label')) or ''} |")

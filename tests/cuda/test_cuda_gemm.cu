@@ -950,24 +950,64 @@ TEST_F(CudaGemmTf32, PipelineInputsRoundToNearestTf32TiesAway) {
 
 class CudaGemmOps : public CudaFixture {};
 
-// The automatic choice of parts (the host emulation reports 2 SMs): a product whose tiles fill
-// half of the SMs or more is not split; one tile is split in 2 where k has room (4 granules a
-// part on the tensor cores, 1 on the SIMT kernel); forced parts shrink to fit k and the 256 MB
-// buffer.
+// The automatic choice of parts, on this device's SM count (the host emulation reports 2) and on
+// an H100's 132: a product whose tiles fill half of the SMs or more is not split; fewer tiles
+// are split into enough parts to fill the SMs where k has room (4 granules a part on the tensor
+// cores, 1 on the SIMT kernel); forced parts shrink to fit k and the 256 MB buffer.
 TEST_F(CudaGemmOps, SplitKChoosesPartsFromTilesAndK) {
   namespace d = ts::detail;
-  const int64_t sms = d::cuda_sm_count();
-  EXPECT_EQ(d::cuda_gemm_splits(sms, 1, 64, 64, 1 << 16, 4, 1), 1) << "tiles fill the SMs";
-  EXPECT_EQ(d::cuda_gemm_splits(1, 1, 64, 64, 128, 4, 1), 1) << "one granule of k";
-  EXPECT_EQ(d::cuda_gemm_splits(1, 1, 64, 64, 3 * 128, 4, 4), 1) << "under 4 granules, tc";
-  EXPECT_EQ(d::cuda_gemm_splits(1, 1, 64, 64, 3 * 128, 4, 1), std::min<int64_t>(sms, 3))
-      << "3 granules, SIMT";
-  EXPECT_EQ(d::cuda_gemm_splits(1, 1, 64, 64, 1 << 20, 4, 1), std::min<int64_t>(sms, 32))
-      << "at most 32 parts";
+  for (const int64_t sms : {int64_t{d::cuda_sm_count()}, int64_t{132}}) {
+    const std::string on = " on " + std::to_string(sms) + " SMs";
+    EXPECT_EQ(d::cuda_gemm_splits(sms, 1, 64, 64, 1 << 16, 4, 1, sms), 1)
+        << "tiles fill the SMs" << on;
+    EXPECT_EQ(d::cuda_gemm_splits(1, 1, 64, 64, 128, 4, 1, sms), 1) << "one granule of k" << on;
+    EXPECT_EQ(d::cuda_gemm_splits(1, 1, 64, 64, 3 * 128, 4, 4, sms), 1)
+        << "under 4 granules, tc" << on;
+    EXPECT_EQ(d::cuda_gemm_splits(1, 1, 64, 64, 3 * 128, 4, 1, sms), std::min<int64_t>(sms, 3))
+        << "3 granules, SIMT" << on;
+    EXPECT_EQ(d::cuda_gemm_splits(1, 1, 64, 64, 1 << 20, 4, 1, sms), sms)
+        << "one tile, long k: every SM" << on;
+    EXPECT_EQ(d::cuda_gemm_splits(1, 1, 64, 64, 1 << 20, 4, 4, sms), sms)
+        << "one tile, long k, tc" << on;
+  }
+  // The fp32 CNN step's weight gradients on an H100: conv1's (32 x 9, k = 64 images x 28 x 28)
+  // on all 132 SMs, conv2's (64 x 288: 3 tiles, k = 64 x 14 x 14 = 98 granules) on 44 parts.
+  EXPECT_EQ(d::cuda_gemm_splits(1, 1, 32, 9, 64 * 28 * 28, 4, 1, 132), 132);
+  EXPECT_EQ(d::cuda_gemm_splits(3, 1, 64, 288, 64 * 14 * 14, 4, 1, 132), 44);
+  EXPECT_EQ(d::cuda_gemm_splits(66, 1, 64, 288, 64 * 14 * 14, 4, 1, 132), 2) << "half the SMs";
+  EXPECT_EQ(d::cuda_gemm_splits(67, 1, 64, 288, 64 * 14 * 14, 4, 1, 132), 1) << "over half";
   const split_k_scope forced(5);
-  EXPECT_EQ(d::cuda_gemm_splits(1000, 1, 64, 64, 3 * 128 + 1, 4, 4), 4) << "forced, 4 granules";
-  EXPECT_EQ(d::cuda_gemm_splits(1, 1, 4096, 4096, 1 << 20, 4, 1), 4) << "256 MB of sums";
-  EXPECT_EQ(d::cuda_gemm_splits(1, 1, 8192, 8192, 1 << 20, 4, 1), 1) << "over 256 MB";
+  const int64_t sms = d::cuda_sm_count();
+  EXPECT_EQ(d::cuda_gemm_splits(1000, 1, 64, 64, 3 * 128 + 1, 4, 4, sms), 4)
+      << "forced, 4 granules";
+  EXPECT_EQ(d::cuda_gemm_splits(1, 1, 4096, 4096, 1 << 20, 4, 1, sms), 4) << "256 MB of sums";
+  EXPECT_EQ(d::cuda_gemm_splits(1, 1, 8192, 8192, 1 << 20, 4, 1, sms), 1) << "over 256 MB";
+}
+
+// A product split into more parts than the old cap of 32 (forced here; an H100 picks such
+// counts for one-tile products with a long k): every part reaches the sum, in order. Small
+// integers, so the float sums are exact whatever the order; a convolution weight gradient of
+// conv1's shape (k = images x pixels) the same way.
+TEST_F(CudaGemmOps, ManyPartsAddUpToTheWholeProduct) {
+  namespace d = ts::detail;
+  const auto a = small_ints<float>({32, 40 * 128 + 5}, 901);
+  const auto b = small_ints<float>({40 * 128 + 5, 9}, 902);
+  const auto want = ts::matmul(a, b);
+  const int64_t splits_before = d::cuda_gemm_split_products().load();
+  for (const int parts : {33, 41}) {  // 41: k's granules, the last part 5 deep
+    const split_k_scope split(parts);
+    expect_close(ts::matmul(a.to<ts::cuda>(), b.to<ts::cuda>()).to<ts::cpu>(), want, 0, 0,
+                 "matmul 32 x 9 x 5125 in " + std::to_string(parts) + " parts");
+  }
+  EXPECT_EQ(d::cuda_gemm_split_products().load() - splits_before, 2) << "products split";
+  const auto x = small_ints<float>({8, 1, 28, 28}, 903);
+  const auto dy = small_ints<float>({8, 32, 28, 28}, 904);
+  const ts::Conv2dOptions o{.padding = {1, 1}};
+  const auto dw = ts::conv2d_backward_weight(dy, x, {32, 1, 3, 3}, o);
+  const split_k_scope split(49);  // 8 x 28 x 28 = 6272: 49 granules
+  expect_close(ts::conv2d_backward_weight(dy.to<ts::cuda>(), x.to<ts::cuda>(), {32, 1, 3, 3}, o)
+                   .to<ts::cpu>(),
+               dw, 0, 0, "conv1's weight gradient in 49 parts");
 }
 
 // Float products of at most 64 rows run on the SIMT kernel's 64-row tiles: the same sums in the

@@ -40,18 +40,19 @@ inline std::atomic<int64_t>& cuda_gemm_split_products() {
 }
 
 /// How many parts to split the k of a product into: 1 unless its output tiles (`tiles`, over
-/// the batch) fill less than half of the SMs, and then about enough to fill them, each part at
-/// least min_granules deep (4, i.e. 512, on the tensor cores, whose part of that depth takes
-/// about as long as the reduction; 1 on the SIMT kernel, 4 to 8 times slower), at most 32, with
-/// the buffer of raw sums (parts x batch x m x n x acc_bytes) under 256 MB.
+/// the batch) fill less than half of the `sms` multiprocessors, and then enough to fill them,
+/// each part at least min_granules deep (4, i.e. 512, on the tensor cores, whose part of that
+/// depth takes about as long as the reduction; 1 on the SIMT kernel, 4 to 8 times slower), with
+/// the buffer of raw sums (parts x batch x m x n x acc_bytes) under 256 MB. No fixed cap: a
+/// product of one tile and a long k (a first convolution's weight gradient, k = images x
+/// pixels) runs its k loop on every SM; the reduction reads each part once.
 inline int64_t cuda_gemm_splits(int64_t tiles, int64_t batch, int64_t m, int64_t n, int64_t k,
-                                int64_t acc_bytes, int64_t min_granules) {
+                                int64_t acc_bytes, int64_t min_granules, int64_t sms) {
   const int64_t granules = (k + cuda_split_granule - 1) / cuda_split_granule;
   int64_t parts = cuda_gemm_split_k();
   if (parts == 0) {
-    const int64_t sms = cuda_sm_count();
     if (2 * tiles > sms) return 1;
-    parts = std::min<int64_t>({(sms + tiles - 1) / tiles, granules / min_granules, 32});
+    parts = std::min<int64_t>((sms + tiles - 1) / tiles, granules / min_granules);
   }
   parts = std::max<int64_t>(1, std::min(parts, granules));
   while (parts > 1 && parts * batch * m * n * acc_bytes > (int64_t{1} << 28)) --parts;
@@ -75,6 +76,9 @@ __global__ void __launch_bounds__(256)
     for (int64_t j = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; j < p.n;
          j += int64_t{gridDim.x} * blockDim.x) {
       Sum s = static_cast<Sum>(part[j]);
+      // Unrolled so that eight parts' loads are in flight at once (the adds stay in order): a
+      // product of few outputs in many parts is this loop's latency.
+#pragma unroll 8
       for (int64_t t = 1; t < p.splits; ++t) s += static_cast<Sum>(part[t * total + j]);
       cuda_gemm_store(p, c, i, j, static_cast<Acc>(s));
     }
@@ -91,9 +95,10 @@ template <class TA, class TB, class Acc, class TC, class Launch>
 bool cuda_gemm_run_split(const cuda_gemm_args<TA, TB, Acc, TC>& p, int64_t batch, dim3 grid,
                          int64_t min_granules, Launch launch) {
   const int64_t tiles = int64_t{grid.x} * grid.y * batch;
-  const int64_t parts = p.alpha == Acc(0) ? 1
-                                          : cuda_gemm_splits(tiles, batch, p.m, p.n, p.k,
-                                                             int64_t{sizeof(Acc)}, min_granules);
+  const int64_t parts = p.alpha == Acc(0)
+                            ? 1
+                            : cuda_gemm_splits(tiles, batch, p.m, p.n, p.k, int64_t{sizeof(Acc)},
+                                               min_granules, cuda_sm_count());
   if (parts <= 1) return launch(grid, p);
   const int64_t granules = (p.k + cuda_split_granule - 1) / cuda_split_granule;
   cuda_gemm_args<TA, TB, Acc, TC> q = p;
