@@ -171,8 +171,8 @@ __global__ void __launch_bounds__(cuda_gemm_threads)
                 "cuda_simt_quads places 256 threads on a 128- or 64-row tile 128 wide");
   constexpr int BK = cuda_gemm_bk, LD = cuda_gemm_pitch, LDA = BM + 4, MI = BM / 16, JA = BM / 32;
   using quad = cuda_simt_quad<Acc>;
-  TESSERA_CUDA_SHARED(quad,
-                      As_, [2][BK][LDA / 4]);  // quads, so the tiles are aligned for quad reads
+  // Quads, so the tiles are aligned for quad reads.
+  TESSERA_CUDA_SHARED(quad, As_, [2][BK][LDA / 4]);
   TESSERA_CUDA_SHARED(quad, Bs_, [2][BK][LD / 4]);
   auto As = reinterpret_cast<Acc(*)[BK][LDA]>(&As_[0][0][0]);
   auto Bs = reinterpret_cast<Acc(*)[BK][LD]>(&Bs_[0][0][0]);
