@@ -4,12 +4,14 @@
 
     cuda_report.py RESULTS_DIR [PLOT.png] > table.md
 
-RESULTS_DIR holds what scripts/gpu_check.sh wrote: bench_cuda.json, bench_cuda_conv.json,
-bench_cuda_train.json (Google Benchmark JSON) and torch_cuda_step.json (bench/torch_cuda_step.py).
-Any of them may be missing; its tables are then left out. Rows are paired by name: every
+RESULTS_DIR holds what scripts/gpu_check.sh wrote: bench_cuda, bench_cuda_conv and
+bench_cuda_train rows (Google Benchmark JSON, each program's as PROGRAM.json or in parts
+PROGRAM.<step>.json) and torch_cuda_step.json (bench/torch_cuda_step.py). Any of them may be
+missing; its tables are then left out. Rows are paired by name: every
 benchmark is <family>/<variant>/<impl>/<case> (GEMM: gemm_<type>/<impl>/<shape>), and the ratio
 is the anchor's median time over tessera's (above 1: tessera faster). Ratios are only
 meaningful within one run."""
+import glob
 import json
 import os
 import re
@@ -23,14 +25,21 @@ STREAM_TARGET = 0.9  # map / sum vs the copy ceiling
 TRAIN_TARGET = 2.0  # tessera's CNN step at most 0.5x PyTorch's time
 
 
-def load(path):
-    """name -> benchmark row (median_us and counters), skipping errored rows (kept as errors)."""
-    if not os.path.exists(path):
+def load(d, stem):
+    """name -> benchmark row (median_us and counters) from STEM.json and STEM.<part>.json in d
+    (gpu_check.sh writes a program's rows in parts when its steps filter them; a later part's row
+    replaces an earlier one of the same name); None when there is no such file."""
+    paths = sorted(glob.glob(os.path.join(glob.escape(d), stem + ".*.json")))
+    whole = os.path.join(d, stem + ".json")
+    if os.path.exists(whole):
+        paths.insert(0, whole)
+    if not paths:
         return None
     rows = {}
-    for b in json.load(open(path))["benchmarks"]:
-        name = re.sub(r"/manual_time$", "", b["name"])
-        rows[name] = b
+    for path in paths:
+        for b in json.load(open(path)).get("benchmarks", []):
+            name = re.sub(r"/manual_time$", "", b["name"])
+            rows[name] = b
     return rows
 
 
@@ -224,10 +233,10 @@ def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     d = sys.argv[1]
-    gemm = load(os.path.join(d, "bench_cuda.json"))
-    conv = load(os.path.join(d, "bench_cuda_conv.json"))
-    train = load(os.path.join(d, "bench_cuda_train.json"))
-    torch = load(os.path.join(d, "torch_cuda_step.json"))
+    gemm = load(d, "bench_cuda")
+    conv = load(d, "bench_cuda_conv")
+    train = load(d, "bench_cuda_train")
+    torch = load(d, "torch_cuda_step")
     out, verdicts = [], []
     if gemm:
         stream_table(gemm, out, verdicts)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu_check.sh - what a session with a GPU should run, in one call: the CUDA test suite, the same
+# gpu_check.sh - what a session with a GPU should run, in one or two calls: the CUDA test suite, the
 # under compute-sanitizer (memcheck, racecheck, synccheck), the CUDA benchmarks (GEMM and
 # bandwidth vs cuBLAS, convolution vs cuDNN, the training step vs PyTorch), the example trained
 # on the GPU next to the CPU run, and the report tables (scripts/cuda_report.py).
@@ -7,11 +7,19 @@
 #   scripts/gpu_check.sh bundle [BUILD_DIR] [BUNDLE]   on the build machine
 #   scripts/gpu_check.sh run [BUNDLE] [OUT_DIR] [STEP...]   on the GPU machine
 #
-# STEPs (default: all, in this order): tests memcheck racecheck synccheck bench_cuda
-# bench_cuda_train bench_cuda_conv torch example; a device call is limited to 10 minutes, so a
-# session runs them over several calls into one OUT_DIR (the report reads whatever is there).
-# Each step is stopped after TESSERA_GPU_STEP_SECONDS (default 540; rc 124): a kernel that
-# hangs costs one step, not the call.
+# STEPs (default: all), most wanted first: tests bench_accept memcheck conv_fwd train torch
+# racecheck synccheck example bench_rest conv_rest. bench_accept is bench_cuda's rows that the
+# acceptance criteria read (copy ceiling, map, sum, tessera and cuBLAS GEMM), conv_fwd
+# bench_cuda_conv's forward rows against cuDNN, train bench_cuda_train, torch PyTorch's step;
+# bench_rest and conv_rest the other rows (tessera's design variants, the backward passes).
+# A session has 15 minutes of device time (the machine's start included) and 10 a call, so the
+# steps share a budget, TESSERA_GPU_BUDGET seconds (default 540): each runs with a limit of
+# its own cap or what is left, whichever is less (rc 124: stopped there, its log kept), a step
+# that would get less than its minimum is not started, and the summary names those left with
+# the command that runs them in a second call on the same warm machine (same OUT_DIR: the
+# report reads every step's results there). With TESSERA_GPU_COPY_TO set (a device call's
+# $OUT), the logs and JSON are also packed into results-N.tgz there beside report.md and
+# summary.txt: the device tool brings back a few files only.
 # Defaults: BUILD_DIR build-cuda, BUNDLE gpu-bundle, OUT_DIR gpu-results. `bundle` also packs the
 # folder into BUNDLE.tgz (a build for one architecture: 84 MB unpacked, 48 MB packed, under the
 # 64 MiB a device call carries); `run` accepts the folder or the .tgz. `bundle` copies the
@@ -53,9 +61,10 @@ fi
 bundle="${2:-gpu-bundle}"
 out="${3:-gpu-results}"
 mkdir -p "$out"
-if [[ "$bundle" == *.tgz ]]; then  # unpack next to the results
-  tar -xzf "$bundle" -C "$out"
-  bundle="$out/$(basename "${bundle%.tgz}")"
+if [[ "$bundle" == *.tgz ]]; then  # unpack next to the results (once: a second call reuses it)
+  unpacked="$out/$(basename "${bundle%.tgz}")"
+  [[ -x "$unpacked/bin/tessera_cuda_tests" ]] || tar -xzf "$bundle" -C "$out"
+  bundle="$unpacked"
 fi
 export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # cuDNN and cuBLAS: the toolkit's, else the ones PyTorch's nvidia-* packages carry.
@@ -66,7 +75,47 @@ done
 [[ -d /usr/local/cuda/lib64 ]] && LD_LIBRARY_PATH="/usr/local/cuda/lib64:$LD_LIBRARY_PATH"
 export TESSERA_FASHION_MNIST_DIR="$bundle/data"
 bin="$bundle/bin"
-summary=()
+sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+
+# The steps, most wanted first: name, most seconds it may take, fewest worth starting with.
+# A device session has 15 minutes in all (a machine's start included) and one call at most 10,
+# so the first call runs as many steps as its budget holds and a second call, on the still warm
+# machine, the rest. The filters keep what the acceptance criteria need in the early steps;
+# the benchmark programs' other rows (the tessera_* variants that say what each design choice
+# gains, the backward convolution passes) come last.
+racecheck_filter='CudaReduce*:CudaGemmPipeline*:CudaGemmMma8*:CudaGemm16*:CudaGemmWgmmaTma*:'
+racecheck_filter+='CudaSoftmax*:CudaLoss*:CudaPool*:CudaConvOps.Winograd*:Cuda.Reduc*'
+all_steps=(tests:150:60 bench_accept:150:60 memcheck:180:60 conv_fwd:100:40 train:60:30
+  torch:60:30 racecheck:150:60 synccheck:90:40 example:120:60 bench_rest:300:60
+  conv_rest:300:60)
+
+run_step() {  # run_step NAME: the command of step NAME
+  case "$1" in
+    tests) "$bin/tessera_cuda_tests" ;;
+    memcheck | synccheck)
+      "$sanitizer" --tool "$1" --error-exitcode 1 "$bin/tessera_cuda_tests" ;;
+    racecheck)
+      "$sanitizer" --tool racecheck --error-exitcode 1 "$bin/tessera_cuda_tests" \
+        "--gtest_filter=$racecheck_filter" ;;
+    bench_accept) bench bench_cuda accept \
+      '^(ceiling|stream)/|^gemm_[a-z0-9]+/(tessera|cublas)/' ;;
+    bench_rest) bench bench_cuda rest '^gemm_[a-z0-9]+/tessera_' ;;
+    conv_fwd) bench bench_cuda_conv fwd '^conv_fwd/[a-z0-9]+/(tessera|tessera_winograd|cudnn)/' ;;
+    conv_rest) bench bench_cuda_conv rest \
+      '^conv_bwd|^conv_fwd/[a-z0-9]+/tessera_(planar|whole_k|split32|lowered)/' ;;
+    train) bench bench_cuda_train all '' ;;
+    torch) python3 "$bin/torch_cuda_step.py" --out "$out/torch_cuda_step.json" ;;
+    example)
+      "$bin/fashion_mnist_cuda" --device cuda --epochs 2 --save "$out/fashion_mnist_cuda.npz" &&
+        "$bin/fashion_mnist" --epochs 2 --threads "$(nproc)" --save "$out/fashion_mnist_cpu.npz" ;;
+    *) echo "gpu_check: no step named $1" >&2; return 2 ;;
+  esac
+}
+
+bench() {  # bench PROGRAM PART FILTER: PROGRAM's rows matching FILTER into PROGRAM.PART.json
+  "$bin/$1" --benchmark_counters_tabular=true ${3:+"--benchmark_filter=$3"} \
+    "--benchmark_out=$out/$1.$2.json" --benchmark_out_format=json
+}
 
 steps=("${@:4}")
 wanted() {  # wanted STEP: whether STEP was asked for (all are when none is named)
@@ -75,44 +124,58 @@ wanted() {  # wanted STEP: whether STEP was asked for (all are when none is name
   for s in "${steps[@]}"; do [[ "$s" == "$1" ]] && return 0; done
   return 1
 }
-limit="${TESSERA_GPU_STEP_SECONDS:-540}"
+for s in "${steps[@]}"; do
+  [[ " ${all_steps[*]} " == *" $s:"* ]] || { echo "gpu_check: no step named $s" >&2; exit 2; }
+done
 
-step() {  # step NAME COMMAND...: runs COMMAND (at most $limit s) with its log in $out/NAME.log
-  local name="$1"
-  shift
-  local start=$SECONDS
-  timeout -k 10 "$limit" "$@" >"$out/$name.log" 2>&1
-  local rc=$?
-  summary+=("$(printf '%-20s rc=%-4s %5ss' "$name" "$rc" "$((SECONDS - start))")")
-}
-
+budget="${TESSERA_GPU_BUDGET:-540}"
+reserve=20  # for the report and the packing at the end
+start_all=$SECONDS
+summary=()
+skipped=()
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1
-sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
-
-wanted tests && step tests "$bin/tessera_cuda_tests"
-for tool in memcheck racecheck synccheck; do
-  wanted "$tool" &&
-    step "sanitizer_$tool" "$sanitizer" --tool "$tool" --error-exitcode 1 "$bin/tessera_cuda_tests"
+for entry in "${all_steps[@]}"; do
+  IFS=: read -r name cap least <<<"$entry"
+  wanted "$name" || continue
+  left=$((budget - reserve - (SECONDS - start_all)))
+  if ((left < least)); then
+    skipped+=("$name")
+    continue
+  fi
+  limit=$((cap < left ? cap : left))
+  t0=$SECONDS
+  # timeout runs the function through a child shell (a hanging kernel costs one step, not the
+  # call); rc 124: stopped at its limit, its log kept so far.
+  timeout -k 5 "$limit" bash -c "$(declare -f run_step bench); $(declare -p bin out sanitizer \
+    racecheck_filter); run_step $name" >"$out/$name.log" 2>&1
+  rc=$?
+  summary+=("$(printf '%-14s rc=%-4s %4ss of %4ss' "$name" "$rc" "$((SECONDS - t0))" "$limit")")
 done
-for b in bench_cuda bench_cuda_train bench_cuda_conv; do
-  wanted "$b" && step "$b" "$bin/$b" --benchmark_counters_tabular=true \
-    "--benchmark_out=$out/$b.json" --benchmark_out_format=json
-done
-wanted torch &&
-  step torch_cuda_step python3 "$bin/torch_cuda_step.py" --out "$out/torch_cuda_step.json"
-if wanted example; then
-  step example_cuda "$bin/fashion_mnist_cuda" --device cuda --epochs 2 \
-    --save "$out/fashion_mnist_cuda.npz"
-  step example_cpu "$bin/fashion_mnist" --epochs 2 --threads "$(nproc)" \
-    --save "$out/fashion_mnist_cpu.npz"
-fi
 
 python3 "$bin/cuda_report.py" "$out" "$out/cuda_gemm.png" >"$out/report.md" 2>"$out/report.err"
-echo "== acceptance =="
-sed -n '/acceptance target/,$p' "$out/report.md"
-echo "== accuracy and epoch times (cpu, then cuda) =="
-grep -hs "test accuracy" "$out/example_cpu.log" "$out/example_cuda.log"
-echo "== failures =="
-grep -hs "FAILED\|ERROR SUMMARY" "$out"/tests.log "$out"/sanitizer_*.log | sort -u | head -n 30
-echo "== summary =="
-printf '%s\n' "${summary[@]}"
+{
+  echo "== acceptance =="
+  sed -n '/acceptance target/,$p' "$out/report.md"
+  echo "== accuracy and epoch times (cuda, then cpu) =="
+  grep -hs "test accuracy" "$out/example.log"
+  echo "== failures =="
+  grep -hs "FAILED\|ERROR SUMMARY\|ERROR OCCURRED" "$out"/*.log |
+    sort -u | head -n 30
+  echo "== summary (steps, exit codes, seconds used of their limits) =="
+  printf '%s\n' "${summary[@]}"
+  if ((${#skipped[@]})); then
+    echo "not run, the budget spent: ${skipped[*]}"
+    echo "next call: scripts/gpu_check.sh run BUNDLE $out ${skipped[*]}"
+  fi
+} | tee "$out/summary.txt"
+
+# The device tool brings back a few files only: the logs and JSON in one archive, beside the
+# report and the summary.
+if [[ -n "${TESSERA_GPU_COPY_TO:-}" ]]; then
+  mkdir -p "$TESSERA_GPU_COPY_TO"
+  n=1
+  while [[ -e "$TESSERA_GPU_COPY_TO/results-$n.tgz" ]]; do n=$((n + 1)); done
+  (cd "$out" && find . -maxdepth 1 -type f ! -name '*.npz' -print0 |
+    tar -czf "$TESSERA_GPU_COPY_TO/results-$n.tgz" --null -T -)
+  cp "$out/report.md" "$out/summary.txt" "$TESSERA_GPU_COPY_TO/"
+fi
