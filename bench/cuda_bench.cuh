@@ -35,7 +35,8 @@ inline bool have_gpu() {
 /// The main of a CUDA benchmark program: Google Benchmark's flags, then, when a GPU is visible,
 /// add_benchmarks() and the run; without one it says so and returns 0 (CI builds these programs
 /// on machines without a GPU).
-inline int run_main(int argc, char** argv, const char* program, void (*add_benchmarks)()) {
+inline int run_main(int argc, char** argv, const char* program, void (*add_benchmarks)(),
+                    void (*release)() = nullptr) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   if (!have_gpu()) {
@@ -44,6 +45,7 @@ inline int run_main(int argc, char** argv, const char* program, void (*add_bench
   }
   add_benchmarks();
   benchmark::RunSpecifiedBenchmarks();
+  if (release) release();  // device memory held for the benchmarks, freed while CUDA is up
   benchmark::Shutdown();
   return 0;
 }
