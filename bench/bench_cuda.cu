@@ -221,7 +221,6 @@ const gemm_inputs<K>& inputs_for(int64_t m, int64_t k, int64_t n) {
 
 void release_inputs() { kept() = {}; }
 
-
 cudaDataType_t cuda_type(kind k, bool output) {
   switch (k) {
     case kind::fp32:
