@@ -32,12 +32,12 @@
 // with CUDNN_DEFAULT_MATH (tf32 tensor cores on sm_80+); fp16 / bf16: half or bfloat16 tensors
 // (inputs, weights and outputs; NCHW for both libraries), products accumulated in float
 // (cuDNN's pseudo-half configurations, with CUDNN_TENSOR_OP_MATH). cuDNN's algorithm for each
-// case is the fastest that cudnnFind* measured, with its workspace allocated once; its name is
-// the label of cuDNN's rows. Before timing, every tessera result is checked against cuDNN's on
-// the same inputs (outputs poisoned first): the counter rel_err, and a benchmark beyond its
-// bound fails with a message. Counters:
-// median_us, TFLOP/s (2 * n * k * c/groups * r * s * ho * wo per pass). Without a GPU the
-// program says so and exits 0.
+// case and pass is the fastest that cudnnFind* measured (on the pass's first row), with one
+// workspace for the case; its name is the label of cuDNN's rows. Before timing, every tessera
+// result is checked against cuDNN's on the same inputs (outputs poisoned first): the counter
+// rel_err, and a benchmark beyond its bound fails with a message. Counters: median_us,
+// TFLOP/s (2 * n * k * c/groups * r * s * ho * wo per pass). Without a GPU the program says so
+// and exits 0.
 #include <cudnn.h>
 
 #include <cstdio>
@@ -107,11 +107,13 @@ struct conv_case {
   cudnnTensorDescriptor_t xd{}, yd{};
   cudnnFilterDescriptor_t wd{};
   cudnnConvolutionDescriptor_t cd{};
-  cudnnConvolutionFwdAlgo_t fwd_algo{};
-  cudnnConvolutionBwdDataAlgo_t data_algo{};
-  cudnnConvolutionBwdFilterAlgo_t filter_algo{};
-  void* workspace = nullptr;
-  size_t workspace_bytes = 0;
+  // cuDNN's choices, made on each pass's first row (choose_algorithm).
+  mutable bool chosen[3] = {false, false, false};
+  mutable cudnnConvolutionFwdAlgo_t fwd_algo{};
+  mutable cudnnConvolutionBwdDataAlgo_t data_algo{};
+  mutable cudnnConvolutionBwdFilterAlgo_t filter_algo{};
+  mutable void* workspace = nullptr;
+  mutable size_t workspace_bytes = 0;
 
   conv_case(const conv_shape& s, math m) : sh(s) {
     ts::Generator g(11 + s.c + s.k);
@@ -141,7 +143,6 @@ struct conv_case {
                                           : m == math::tf32 ? CUDNN_DEFAULT_MATH
                                                             : CUDNN_TENSOR_OP_MATH),
           "math type");
-    choose_algorithms();
   }
   ~conv_case() {
     if (workspace) cudaFree(workspace);
@@ -153,35 +154,43 @@ struct conv_case {
   conv_case(const conv_case&) = delete;
   conv_case& operator=(const conv_case&) = delete;
 
-  /// The fastest algorithm of each pass as cudnnFind* measures it (first successful result),
-  /// and one workspace large enough for all three.
-  void choose_algorithms() {
+  /// The fastest algorithm of pass p as cudnnFind* measures it (first successful result), found
+  /// on the pass's first row (a forward-only run finds no backward algorithms), and a workspace
+  /// large enough for every pass found so far.
+  void choose_algorithm(pass p) const {
+    if (chosen[int(p)]) return;
     constexpr int kMax = 16;
     int found = 0;
-    cudnnConvolutionFwdAlgoPerf_t f[kMax];
-    check(cudnnFindConvolutionForwardAlgorithm(dnn(), xd, wd, cd, yd, kMax, &found, f),
-          "find forward algorithm");
-    fwd_algo = first_ok(f, found, "forward").algo;
-    cudnnConvolutionBwdDataAlgoPerf_t d[kMax];
-    check(cudnnFindConvolutionBackwardDataAlgorithm(dnn(), wd, yd, cd, xd, kMax, &found, d),
-          "find backward data algorithm");
-    data_algo = first_ok(d, found, "backward data").algo;
-    cudnnConvolutionBwdFilterAlgoPerf_t b[kMax];
-    check(cudnnFindConvolutionBackwardFilterAlgorithm(dnn(), xd, yd, cd, wd, kMax, &found, b),
-          "find backward filter algorithm");
-    filter_algo = first_ok(b, found, "backward filter").algo;
-    size_t need = 0, bytes = 0;
-    check(cudnnGetConvolutionForwardWorkspaceSize(dnn(), xd, wd, cd, yd, fwd_algo, &bytes), "ws");
-    need = std::max(need, bytes);
-    check(cudnnGetConvolutionBackwardDataWorkspaceSize(dnn(), wd, yd, cd, xd, data_algo, &bytes),
-          "ws");
-    need = std::max(need, bytes);
-    check(
-        cudnnGetConvolutionBackwardFilterWorkspaceSize(dnn(), xd, yd, cd, wd, filter_algo, &bytes),
-        "ws");
-    need = std::max(need, bytes);
-    workspace_bytes = need;
-    if (need) check(cudaMalloc(&workspace, need), "cudaMalloc workspace");
+    size_t bytes = 0;
+    if (p == pass::fwd) {
+      cudnnConvolutionFwdAlgoPerf_t f[kMax];
+      check(cudnnFindConvolutionForwardAlgorithm(dnn(), xd, wd, cd, yd, kMax, &found, f),
+            "find forward algorithm");
+      fwd_algo = first_ok(f, found, "forward").algo;
+      check(cudnnGetConvolutionForwardWorkspaceSize(dnn(), xd, wd, cd, yd, fwd_algo, &bytes), "ws");
+    } else if (p == pass::bwd_data) {
+      cudnnConvolutionBwdDataAlgoPerf_t d[kMax];
+      check(cudnnFindConvolutionBackwardDataAlgorithm(dnn(), wd, yd, cd, xd, kMax, &found, d),
+            "find backward data algorithm");
+      data_algo = first_ok(d, found, "backward data").algo;
+      check(cudnnGetConvolutionBackwardDataWorkspaceSize(dnn(), wd, yd, cd, xd, data_algo, &bytes),
+            "ws");
+    } else {
+      cudnnConvolutionBwdFilterAlgoPerf_t b[kMax];
+      check(cudnnFindConvolutionBackwardFilterAlgorithm(dnn(), xd, yd, cd, wd, kMax, &found, b),
+            "find backward filter algorithm");
+      filter_algo = first_ok(b, found, "backward filter").algo;
+      check(cudnnGetConvolutionBackwardFilterWorkspaceSize(dnn(), xd, yd, cd, wd, filter_algo,
+                                                           &bytes),
+            "ws");
+    }
+    if (bytes > workspace_bytes) {
+      if (workspace) check(cudaFree(workspace), "cudaFree workspace");
+      workspace = nullptr;
+      check(cudaMalloc(&workspace, bytes), "cudaMalloc workspace");
+      workspace_bytes = bytes;
+    }
+    chosen[int(p)] = true;
   }
   template <class Perf>
   static const Perf& first_ok(const Perf* p, int found, const char* what) {
@@ -292,6 +301,7 @@ void release_case() { kept() = {}; }
 template <class T>
 void bm_conv(benchmark::State& st, const conv_shape& s, pass p, math m, impl who) {
   const conv_case<T>& cc = case_for<T>(s, m);
+  cc.choose_algorithm(p);
   const precision_scope scope(m == math::tf32 ? ts::matmul_precision::high
                                               : ts::matmul_precision::highest);
   // tessera_planar: the pipelined GEMM kernels off for this row only.
