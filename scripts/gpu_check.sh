@@ -92,8 +92,9 @@ sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sa
 # machine, the rest. The filters keep what the acceptance criteria need in the early steps;
 # the benchmark programs' other rows (the tessera_* variants that say what each design choice
 # gains, the backward convolution passes) come last.
-racecheck_filter='CudaReduce*:CudaGemmPipeline*:CudaGemmMma8*:CudaGemm16*:CudaGemmWgmmaTma*:'
-racecheck_filter+='CudaSoftmax*:CudaLoss*:CudaPool*:CudaConvOps.Winograd*:Cuda.Reduc*'
+racecheck_filter='CudaReduce*:CudaGemm/*:CudaGemmPipeline*:CudaGemmMma8*:CudaGemm16*:'
+racecheck_filter+='CudaGemmWgmmaTma*:CudaConvChannelsLast*:CudaConvOps.Winograd*:CudaSoftmax*:'
+racecheck_filter+='CudaLoss*:CudaPool*'
 all_steps=(tests:150:60 bench_accept:150:60 memcheck:180:60 conv_fwd:100:40 train:60:30
   torch:60:30 racecheck:150:60 synccheck:90:40 example:120:60 bench_rest:300:60
   conv_rest:300:60)
