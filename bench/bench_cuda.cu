@@ -49,7 +49,6 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
-#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -192,35 +191,6 @@ struct gemm_inputs {
   }
 };
 
-/// The operands of the shape whose rows are running, kept for its next row: a shape's rows
-/// (tessera, its variants, cuBLAS) are registered one after another on the same inputs, and
-/// drawing two 8192 x 8192 matrices on the host and uploading them takes longer than timing the
-/// product, on a GPU whose time is the scarce resource. Released by release_inputs().
-struct kept_inputs {
-  std::string key;  // type and shape
-  std::shared_ptr<const void> inputs;
-};
-
-kept_inputs& kept() {
-  static kept_inputs k;
-  return k;
-}
-
-template <kind K>
-const gemm_inputs<K>& inputs_for(int64_t m, int64_t k, int64_t n) {
-  kept_inputs& last = kept();
-  const std::string key = std::to_string(int(K)) + ":" + std::to_string(m) + "x" +
-                          std::to_string(k) + "x" + std::to_string(n);
-  if (!last.inputs || last.key != key) {
-    last.inputs.reset();  // the previous shape's operands go before new ones are drawn
-    last.inputs = std::make_shared<const gemm_inputs<K>>(m, k, n);
-    last.key = key;
-  }
-  return *static_cast<const gemm_inputs<K>*>(last.inputs.get());
-}
-
-void release_inputs() { kept() = {}; }
-
 cudaDataType_t cuda_type(kind k, bool output) {
   switch (k) {
     case kind::fp32:
@@ -320,7 +290,12 @@ enum class impl {
 template <kind K>
 void bm_gemm(benchmark::State& st, impl who, int64_t m, int64_t k, int64_t n, double tol) {
   using out = typename gemm_types<K>::out;
-  const gemm_inputs<K>& in = inputs_for<K>(m, k, n);
+  // Kept for the shape's next row (kept_for): drawing 8192 x 8192 operands takes longer than
+  // timing their product.
+  const auto& in =
+      kept_for<gemm_inputs<K>>("gemm " + std::to_string(int(K)) + ":" + std::to_string(m) + "x" +
+                                   std::to_string(k) + "x" + std::to_string(n),
+                               m, k, n);
   auto c = poisoned<out>({m, n});
   if (who != impl::cublas) {
     // The kernel switches for this row only.
@@ -449,5 +424,5 @@ void add_benchmarks() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return cuda_bench::run_main(argc, argv, "bench_cuda", add_benchmarks, release_inputs);
+  return cuda_bench::run_main(argc, argv, "bench_cuda", add_benchmarks);
 }

@@ -270,37 +270,11 @@ const char* impl_name(impl i) {
                                        : "cudnn/";
 }
 
-/// The case whose rows are running, kept for its next row: rows are registered case by case
-/// (every pass and implementation of one shape and math in a row), and a case's construction
-/// draws its tensors on the host and runs cudnnFind* for all three passes, which takes longer
-/// than the timed calls, on a GPU whose time is the scarce resource. Released by release_case().
-struct kept_case {
-  std::string key;  // math and shape (the math decides the element type)
-  std::shared_ptr<const void> cc;
-};
-
-kept_case& kept() {
-  static kept_case k;
-  return k;
-}
-
-template <class T>
-const conv_case<T>& case_for(const conv_shape& s, math m) {
-  kept_case& last = kept();
-  const std::string key = std::string(math_name(m)) + "/" + s.name;
-  if (!last.cc || last.key != key) {
-    last.cc.reset();  // the previous case's tensors and workspace go before new ones are made
-    last.cc = std::make_shared<const conv_case<T>>(s, m);
-    last.key = key;
-  }
-  return *static_cast<const conv_case<T>*>(last.cc.get());
-}
-
-void release_case() { kept() = {}; }
-
 template <class T>
 void bm_conv(benchmark::State& st, const conv_shape& s, pass p, math m, impl who) {
-  const conv_case<T>& cc = case_for<T>(s, m);
+  // Kept for the case's next row (kept_for; rows are registered case by case): its tensors are
+  // drawn on the host and cudnnFind* runs once per pass.
+  const auto& cc = kept_for<conv_case<T>>(std::string("conv ") + math_name(m) + "/" + s.name, s, m);
   cc.choose_algorithm(p);
   const precision_scope scope(m == math::tf32 ? ts::matmul_precision::high
                                               : ts::matmul_precision::highest);
@@ -352,7 +326,7 @@ void bm_conv(benchmark::State& st, const conv_shape& s, pass p, math m, impl who
 
 /// Registers every benchmark of this program (called only when a GPU is visible).
 void add_benchmarks() {
-  // Case by case (shape and math), so that the rows of one case share it (case_for).
+  // Case by case (shape and math), so that the rows of one case share it (kept_for).
   for (math m : {math::fp32, math::tf32, math::fp16, math::bf16})
     for (const conv_shape& s : bench::all_shapes())
       for (pass p : {pass::fwd, pass::bwd_data, pass::bwd_filter}) {
@@ -396,5 +370,5 @@ void add_benchmarks() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return cuda_bench::run_main(argc, argv, "bench_cuda_conv", add_benchmarks, release_case);
+  return cuda_bench::run_main(argc, argv, "bench_cuda_conv", add_benchmarks);
 }

@@ -1,6 +1,7 @@
 // cuda_bench.cuh - what the CUDA benchmark programs (bench_cuda*.cu) share: error checks, event
 // timing on tessera's stream, registration of manually timed benchmarks, poisoned outputs and
-// the relative error that checks tessera against the anchor before anything is timed.
+// the relative error that checks tessera against the anchor before anything is timed, and the
+// inputs kept from one row to the next.
 #pragma once
 
 #include <benchmark/benchmark.h>
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <tessera/cuda.hpp>
@@ -32,11 +34,37 @@ inline bool have_gpu() {
   return cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
 }
 
+/// The object the running rows share (kept_for), with the key it was made for.
+struct kept_object {
+  std::string key;
+  std::shared_ptr<const void> value;
+};
+
+inline kept_object& last_kept() {
+  static kept_object k;
+  return k;
+}
+
+/// The V made from args for key, kept for the next row: a program registers the rows of one
+/// shape one after another on the same inputs, and making them (host-drawn tensors, cudnnFind*)
+/// takes longer than the timed calls, on a GPU whose time is the scarce resource. A new key
+/// frees the previous object before making the next; the key must name V's type as well as its
+/// arguments. run_main frees the last one after the run, while CUDA is still up.
+template <class V, class... A>
+const V& kept_for(const std::string& key, const A&... args) {
+  kept_object& last = last_kept();
+  if (!last.value || last.key != key) {
+    last.value.reset();
+    last.value = std::make_shared<const V>(args...);
+    last.key = key;
+  }
+  return *static_cast<const V*>(last.value.get());
+}
+
 /// The main of a CUDA benchmark program: Google Benchmark's flags, then, when a GPU is visible,
 /// add_benchmarks() and the run; without one it says so and returns 0 (CI builds these programs
 /// on machines without a GPU).
-inline int run_main(int argc, char** argv, const char* program, void (*add_benchmarks)(),
-                    void (*release)() = nullptr) {
+inline int run_main(int argc, char** argv, const char* program, void (*add_benchmarks)()) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   if (!have_gpu()) {
@@ -45,7 +73,7 @@ inline int run_main(int argc, char** argv, const char* program, void (*add_bench
   }
   add_benchmarks();
   benchmark::RunSpecifiedBenchmarks();
-  if (release) release();  // device memory held for the benchmarks, freed while CUDA is up
+  last_kept() = {};  // device memory kept between rows, freed while CUDA is up
   benchmark::Shutdown();
   return 0;
 }

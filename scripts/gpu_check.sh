@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# gpu_check.sh - what a session with a GPU should run, in one or two calls: the CUDA test suite, the
-# under compute-sanitizer (memcheck, racecheck, synccheck), the CUDA benchmarks (GEMM and
+# gpu_check.sh - what a session with a GPU should run, in one or two calls: the CUDA test suite,
+# the same under compute-sanitizer (memcheck, racecheck, synccheck), the CUDA benchmarks (GEMM and
 # bandwidth vs cuBLAS, convolution vs cuDNN, the training step vs PyTorch), the example trained
 # on the GPU next to the CPU run, and the report tables (scripts/cuda_report.py).
 #
