@@ -117,6 +117,19 @@ TEST(Module, StateDictRoundTripAndStrictErrors) {
   EXPECT_THROW(b.load_state_dict(wrong), ts::shape_error);
   EXPECT_EQ(b.state_dict()[1].second.to_vector(), before);  // nothing written on failure
   b.load_state_dict(extra, /*strict=*/false);
+  // A repeated key is refused, in strict mode or not, before anything is written.
+  auto twice = state;
+  twice.emplace_back(state[0].first, ts::zeros<float>(state[0].second.shape()));
+  for (bool strict : {true, false}) {
+    try {
+      b.load_state_dict(twice, strict);
+      FAIL() << "a repeated key was accepted";
+    } catch (const ts::error& e) {
+      EXPECT_NE(std::string(e.what()).find("\"0.weight\" appears twice"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(b.state_dict()[0].second.to_vector(), state[0].second.to_vector());
+  }
 }
 
 TEST(Init, DefaultBoundsAndSeeding) {

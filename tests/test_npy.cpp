@@ -5,12 +5,14 @@
 #include <tessera/io/npy.hpp>  // first, so that the header is seen to include what it needs
 // (comment keeps clang-format from sorting the line above below the others)
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +22,8 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tessera/io/checkpoint.hpp>
+#include <tessera/io/idx.hpp>
 #include <tessera/tessera.hpp>
 #include <vector>
 
@@ -655,32 +659,28 @@ TEST(NpyErrors, SaveFailuresNameThePath) {
   const fs::path p = tmp().file("no_such_dir") / "x.npy";
   const std::string m =
       error_of<ts::io_error>([&] { ts::io::save_npy(p, ts::zeros<float, ts::cpu>(ts::Shape{2})); });
-  expect_has(m, {"save_npy", p.string(), "cannot open"});
+  expect_has(m, {"save_npy", p.string(), "does not exist"});
   const std::string md = error_of<ts::io_error>(
       [&] { ts::io::save_npy(tmp().path(), ts::zeros<float, ts::cpu>(ts::Shape{2})); });
   expect_has(md, {"save_npy", "directory"});
   const std::string mu = error_of<ts::error>(
       [&] { ts::io::save_npy(tmp().file("undef.npy"), ts::Tensor<float, ts::cpu>()); });
   expect_has(mu, {"save_npy", "undefined"});
-  // A write that fails (disk full) is reported. The target is a character device like
-  // /dev/full, so it is written in place, never replaced: a private node where we may make one,
-  // /dev/full itself only when not root (then nothing in /dev could be replaced anyway).
-  fs::path full;
-#if defined(__linux__)
-  const fs::path node = tmp().file("full_device");
-  if (::mknod(node.c_str(), S_IFCHR | 0666, makedev(1, 7)) == 0) {
-    if (std::FILE* f = std::fopen(node.c_str(), "wb")) {  // fails where /tmp is mounted nodev
-      std::fclose(f);
-      full = node;
-    }
-  }
-#endif
-  if (full.empty() && ::geteuid() != 0 && fs::exists("/dev/full")) full = "/dev/full";
-  if (full.empty()) GTEST_SKIP() << "no full device to test a failing write";
+  // A write that fails is reported, and the target is not created. The failure is a file size
+  // limit (EFBIG, with SIGXFSZ ignored), which binds root too; the limits are restored after.
+  const fs::path big = tmp().file("too_big.npy");
+  rlimit old_limit{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  rlimit small = old_limit;
+  small.rlim_cur = 100;
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
   const std::string mf = error_of<ts::io_error>(
-      [&] { ts::io::save_npy(full, ts::zeros<float, ts::cpu>(ts::Shape{2})); });
-  expect_has(mf, {"save_npy", full.string(), "write failed"});
-  EXPECT_TRUE(fs::is_character_file(full));
+      [&] { ts::io::save_npy(big, ts::zeros<float, ts::cpu>(ts::Shape{1000})); });
+  ::setrlimit(RLIMIT_FSIZE, &old_limit);
+  std::signal(SIGXFSZ, old_handler);
+  expect_has(mf, {"save_npy", big.string(), "write failed"});
+  EXPECT_FALSE(fs::exists(big));
 }
 
 TEST(Npy, SaveThroughASymlinkReplacesItsTarget) {
@@ -930,6 +930,260 @@ TEST(Npz, CorruptArchives) {
   b = good;
   b.insert(b.end() - 22, {'P', 'K', 6, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0});
   expect_npz_error(write_file("locator.npz", b), {"ZIP64"});
+}
+
+// ---- misuse: modes, durability, paths that are not regular files, duplicate names ----
+
+namespace {
+
+// The permission bits of `p`, read with stat: root reads any file, so trying to read it would
+// prove nothing.
+mode_t mode_of(const fs::path& p) {
+  struct stat st {};
+  EXPECT_EQ(::stat(p.c_str(), &st), 0) << p;
+  return st.st_mode & 07777;
+}
+
+// Kills the test binary (SIGALRM) if a call meant not to block does block, so that a regression
+// fails the run instead of hanging it.
+class hang_guard {
+ public:
+  hang_guard() { ::alarm(20); }
+  ~hang_guard() { ::alarm(0); }
+};
+
+// A FIFO in the temp folder, with no reader or writer.
+fs::path make_fifo(const std::string& stem) {
+  const fs::path p = tmp().file(unique_name(stem, ".fifo"));
+  EXPECT_EQ(::mkfifo(p.c_str(), 0600), 0) << p << ": " << std::strerror(errno);
+  return p;
+}
+
+using float_list = std::vector<std::pair<std::string, ts::Tensor<float, ts::cpu>>>;
+
+// The fsync calls the library makes while `log` is set: this binary defines fsync (below), which
+// the library's calls, compiled into it, bind to ahead of libc's.
+struct fsync_event {
+  fs::path path;        // what the descriptor names, from /proc/self/fd
+  bool directory;       // whether it is a directory
+  bool target_existed;  // whether `target` existed at the time
+};
+struct fsync_recorder {
+  std::vector<fsync_event> events;
+  fs::path target;
+};
+fsync_recorder* fsync_log = nullptr;
+
+}  // namespace
+
+extern "C" int fsync(int fd) {
+  if (fsync_log) {
+    struct stat st {};
+    ::fstat(fd, &st);
+    char buf[4096];
+    const std::string link = "/proc/self/fd/" + std::to_string(fd);
+    const ssize_t n = ::readlink(link.c_str(), buf, sizeof buf);
+    fsync_log->events.push_back({n > 0 ? fs::path(std::string(buf, static_cast<size_t>(n))) : "",
+                                 S_ISDIR(st.st_mode), fs::exists(fsync_log->target)});
+  }
+  return static_cast<int>(::syscall(SYS_fsync, fd));
+}
+
+// A private checkpoint stays private: saving over a file keeps its permission bits.
+TEST(NpySave, KeepsTheModeOfTheFileItReplaces) {
+  const auto t = ts::zeros<float, ts::cpu>(ts::Shape{2});
+  const fs::path p = tmp().file(unique_name("private", ".npy"));
+  ts::io::save_npy(p, t);
+  for (const mode_t m : {0600, 0640, 0755, 0604}) {
+    ASSERT_EQ(::chmod(p.c_str(), m), 0);
+    ts::io::save_npy(p, t);
+    EXPECT_EQ(mode_of(p), m) << std::oct << m;
+  }
+  const fs::path z = tmp().file(unique_name("private", ".npz"));
+  ts::io::save_npz(z, float_list{{"a", t}});
+  ASSERT_EQ(::chmod(z.c_str(), 0600), 0);
+  ts::io::save_npz(z, float_list{{"a", t}});
+  EXPECT_EQ(mode_of(z), 0600u);
+  // Through a symbolic link, the file it points to keeps its mode.
+  const fs::path link = tmp().file(unique_name("private_link", ".npy"));
+  fs::create_symlink(p, link);
+  ASSERT_EQ(::chmod(p.c_str(), 0600), 0);
+  ts::io::save_npy(link, t);
+  EXPECT_EQ(mode_of(p), 0600u);
+  EXPECT_TRUE(fs::is_symlink(link));
+  // As root, the file's owner is kept too (root saving a user's model must not take it over).
+  if (::geteuid() == 0) {
+    ASSERT_EQ(::chown(p.c_str(), 4321, 4322), 0);
+    ts::io::save_npy(p, t);
+    struct stat st {};
+    ASSERT_EQ(::stat(p.c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 4321u);
+    EXPECT_EQ(st.st_gid, 4322u);
+    EXPECT_EQ(st.st_mode & 07777, 0600u);
+  }
+}
+
+// A new file gets 0666 less the umask, as open(2) would create it.
+TEST(NpySave, NewFilesGetTheModeOpenWouldGive) {
+  const auto t = ts::zeros<float, ts::cpu>(ts::Shape{2});
+  for (const mode_t mask : {022, 077, 002, 0}) {
+    const mode_t old = ::umask(mask);
+    const fs::path p = tmp().file(unique_name("new", ".npy"));
+    ts::io::save_npy(p, t);
+    ::umask(old);
+    EXPECT_EQ(mode_of(p), 0666 & ~mask) << "umask " << std::oct << mask;
+  }
+}
+
+// The written file is synced before it is renamed into place, and its directory after, so a
+// power cut leaves the old file or the new one, never an empty one.
+TEST(NpySave, SyncsTheFileBeforeTheRenameAndTheDirectoryAfter) {
+#if !defined(__linux__)
+  GTEST_SKIP() << "reads descriptors' paths from /proc/self/fd";
+#endif
+  const fs::path dir = tmp().file(unique_name("sync_dir", ""));
+  fs::create_directories(dir);
+  const fs::path real_dir = fs::canonical(dir);
+  const auto check = [&](const fs::path& target, auto&& save) {
+    SCOPED_TRACE(target.string());
+    fsync_recorder rec{{}, target};
+    fsync_log = &rec;
+    save();
+    fsync_log = nullptr;
+    ASSERT_EQ(rec.events.size(), 2u);
+    EXPECT_FALSE(rec.events[0].directory);
+    EXPECT_EQ(rec.events[0].path.parent_path(), real_dir);
+    EXPECT_NE(rec.events[0].path.filename(), target.filename());  // the temporary
+    EXPECT_FALSE(rec.events[0].target_existed);                   // before the rename
+    EXPECT_TRUE(rec.events[1].directory);
+    EXPECT_EQ(rec.events[1].path, real_dir);
+    EXPECT_TRUE(rec.events[1].target_existed);  // after it
+  };
+  const auto t = ts::ones<float, ts::cpu>(ts::Shape{3});
+  check(dir / "x.npy", [&] { ts::io::save_npy(dir / "x.npy", t); });
+  check(dir / "x.npz", [&] { ts::io::save_npz(dir / "x.npz", float_list{{"a", t}}); });
+}
+
+// Bad destinations give a message that names the op, the path and what is wrong, never an
+// errno text left over from an unrelated call ("Success").
+TEST(NpySave, BadPathsGiveClearErrors) {
+  const auto t = ts::zeros<float, ts::cpu>(ts::Shape{2});
+  const auto save_error = [&](const fs::path& p) {
+    const std::string m = error_of<ts::io_error>([&] { ts::io::save_npy(p, t); });
+    expect_has(m, {"save_npy", "'" + p.string() + "'"});
+    EXPECT_EQ(m.find("Success"), std::string::npos) << m;
+    return m;
+  };
+  expect_has(save_error(""), {"the path is empty"});
+  expect_has(save_error(tmp().path()), {"is a directory"});
+  const fs::path missing = tmp().file("no_such_parent") / "x.npy";
+  expect_has(save_error(missing),
+             {"directory '" + missing.parent_path().string() + "'", "does not exist"});
+  const fs::path file = write_file(unique_name("plain", ".bin"), bytes{1});
+  expect_has(save_error(file / "x.npy"), {"'" + file.string() + "'", "not a directory"});
+  const std::string mz = error_of<ts::io_error>([&] {
+    ts::io::save_npz("", float_list{{"a", t}});
+  });
+  expect_has(mz, {"save_npz", "the path is empty"});
+}
+
+// A destination that exists but is not a regular file is refused, and left as it is: saving to
+// /dev/null must not replace /dev/null (as root it could) nor pretend to have saved.
+TEST(NpySave, RefusesACharacterDevice) {
+  const auto t = ts::zeros<float, ts::cpu>(ts::Shape{2});
+  const std::string m = error_of<ts::io_error>([&] { ts::io::save_npy("/dev/null", t); });
+  expect_has(m, {"save_npy", "'/dev/null'", "not a regular file", "character device"});
+  EXPECT_TRUE(fs::is_character_file("/dev/null"));
+  // Also through a symbolic link to it.
+  const fs::path link = tmp().file(unique_name("null_link", ".npy"));
+  fs::create_symlink("/dev/null", link);
+  expect_has(error_of<ts::io_error>([&] {
+               ts::io::save_npz(link, float_list{{"a", t}});
+             }),
+             {"save_npz", link.string(), "character device"});
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_TRUE(fs::is_character_file("/dev/null"));
+}
+
+// A FIFO without a reader would block an open for writing forever; it is refused at once.
+TEST(NpySave, RefusesAFifoWithoutBlocking) {
+  const fs::path p = make_fifo("save");
+  const hang_guard guard;
+  const std::string m =
+      error_of<ts::io_error>([&] { ts::io::save_npy(p, ts::zeros<float, ts::cpu>(ts::Shape{2})); });
+  expect_has(m, {"save_npy", p.string(), "not a regular file", "FIFO"});
+  EXPECT_TRUE(fs::is_fifo(p));
+}
+
+// Loading from something that is not a regular file says so (it said "is empty" for
+// /dev/urandom, whose size reads as 0).
+TEST(NpyErrors, LoadRefusesACharacterDevice) {
+  expect_load_error("/dev/urandom", {"not a regular file", "character device"});
+  expect_npz_error("/dev/zero", {"not a regular file", "character device"});
+}
+
+// ... and does not block on a FIFO with no writer.
+TEST(NpyErrors, LoadRefusesAFifoWithoutBlocking) {
+  const fs::path p = make_fifo("load");
+  const hang_guard guard;
+  expect_load_error(p, {"not a regular file", "FIFO"});
+  expect_npz_error(p, {"not a regular file", "FIFO"});
+}
+
+// The IDX reader (tessera/io/idx.hpp) opens files the same way, so it is checked here too.
+TEST(NpyErrors, IdxRefusesFilesThatAreNotRegularWithoutBlocking) {
+  const fs::path p = make_fifo("idx");
+  const hang_guard guard;
+  expect_has(error_of<ts::io_error>([&] { (void)ts::io::read_idx<uint8_t>(p); }),
+             {"read_idx", p.string(), "not a regular file", "FIFO"});
+  expect_has(error_of<ts::io_error>([&] { (void)ts::io::read_idx_header("/dev/zero"); }),
+             {"read_idx_header", "'/dev/zero'", "not a regular file", "character device"});
+}
+
+// "w.npy" and "w" are different members but both load as the array "w": rejected, not the
+// second silently winning.
+TEST(Npz, LoadRejectsTwoMembersThatLoadUnderOneName) {
+  const bytes a = npy_of(ramp(2)), b = npy_of(ramp(3));
+  const fs::path p = write_file("dup_suffix.npz", make_zip({{"w.npy", a}, {"w", b}}));
+  expect_npz_error(p, {"'w'", "twice"});
+}
+
+// A checkpoint whose archive names one parameter twice is rejected, and the model is unchanged.
+TEST(Checkpoint, LoadRejectsADuplicateName) {
+  ts::nn::Linear<float, ts::cpu> model(2, 1);
+  const ts::Tensor<float, ts::cpu> before = model.weight.value().clone();
+  const auto w = npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 2), }",
+                           raw_bytes(std::vector<float>{5, 6}));
+  const fs::path p = write_file(
+      "dup_ckpt.npz", make_zip({{"weight.npy", w}, {"bias.npy", npy_of({1})}, {"weight", w}}));
+  const std::string m = error_of<ts::io_error>([&] { ts::io::load(model, p); });
+  expect_has(m, {"load_npz", p.string(), "'weight'", "twice"});
+  EXPECT_EQ(logical_bytes(model.weight.value()), logical_bytes(before));
+}
+
+namespace {
+// A module that (wrongly) registers two parameters under one name.
+struct twice_named : ts::nn::Module<float, ts::cpu> {
+  twice_named() {
+    register_parameter("w", ts::ones<float, ts::cpu>(ts::Shape{2}));
+    register_parameter("w", ts::ones<float, ts::cpu>(ts::Shape{3}));
+  }
+  variable forward(const variable& x) override { return x; }
+};
+}  // namespace
+
+// Saving two tensors under one name throws before anything is written: an existing file is
+// left byte for byte as it was, and no temporary is left beside it.
+TEST(Checkpoint, SaveRejectsADuplicateNameBeforeWriting) {
+  const fs::path dir = tmp().file(unique_name("dup_save", ""));
+  fs::create_directories(dir);
+  const fs::path p = dir / "model.npz";
+  ts::io::save_npz(p, float_list{{"old", ts::ones<float, ts::cpu>(ts::Shape{4})}});
+  const bytes old = read_file(p);
+  const std::string m = error_of<ts::io_error>([&] { ts::io::save(twice_named(), p); });
+  expect_has(m, {"save_npz", p.string(), "'w'", "twice"});
+  EXPECT_EQ(read_file(p), old);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
 }
 
 // ---- NumPy cross-check ----

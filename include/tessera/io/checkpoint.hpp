@@ -8,16 +8,21 @@ TESSERA_BEGIN_NAMESPACE
 namespace io {
 
 /// Writes the module's state_dict (parameters, then buffers, by dotted name) to `path` as an
-/// .npz archive that numpy.load reads. Throws io_error when the file cannot be written.
+/// .npz archive that numpy.load reads, as save_npz writes it: whole or not at all (synced to
+/// disk before and after the rename into place), keeping a replaced file's permission bits.
+/// Throws io_error naming the path for two entries under one name (before anything is written,
+/// so an existing file is left untouched), for a path save_npz refuses (empty, a directory, a
+/// missing directory, a device or FIFO) and when the file cannot be written.
 template <class T, class B>
 void save(const nn::Module<T, B>& model, const std::filesystem::path& path) {
   save_npz(path, model.state_dict());
 }
 
 /// Loads an .npz archive written by save (or by NumPy with the same names, shapes and dtype)
-/// into the module, bit-exactly. Throws io_error for a missing or corrupt file or a wrong dtype,
-/// and what Module::load_state_dict throws for missing, unexpected or misshapen entries (the
-/// module is left unchanged then).
+/// into the module, bit-exactly. Throws io_error for a missing or corrupt file, a path that is
+/// not a regular file, a wrong dtype, and an archive holding one name twice (load_npz checks
+/// this, so the state passed on below has unique names), and what Module::load_state_dict
+/// throws for missing, unexpected or misshapen entries (the module is left unchanged then).
 template <class T, class B>
 void load(nn::Module<T, B>& model, const std::filesystem::path& path) {
   auto arrays = load_npz<T>(path);

@@ -3,6 +3,9 @@
 // Not part of the umbrella header because it needs zlib: include it and link ZLIB::ZLIB.
 #pragma once
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -77,20 +80,39 @@ inline std::string hex_byte(unsigned v) {
 }
 
 // A gzFile opened for reading; zlib reads plain files through the same calls (gzdirect), so the
-// reader does not care whether the file is compressed.
+// reader does not care whether the file is compressed. Only a regular file is read: the path is
+// opened with O_NONBLOCK (a FIFO with no writer cannot block the open; a regular file's reads
+// ignore the flag) and checked with fstat before zlib gets the descriptor.
 class gz_reader {
  public:
   gz_reader(std::string_view op, const std::filesystem::path& path) : op_(op), path_(path) {
-    std::error_code ec;
-    if (!std::filesystem::exists(path, ec))
-      fail_file(op_, path_, ec ? "cannot access the file (" + ec.message() + ")" : "no such file");
-    if (std::filesystem::is_directory(path, ec))
-      fail_file(op_, path_, "is a directory, not a file");
-    errno = 0;
-    file_ = gzopen(path.c_str(), "rb");
-    if (!file_)
-      fail_file(op_, path_, "cannot open (",
-                errno ? std::strerror(errno) : "zlib could not allocate its state", ")");
+    if (path.empty()) fail_file(op_, path_, "the path is empty");
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+      const int e = errno;
+      if (e == ENOENT) fail_file(op_, path_, "no such file");
+      fail_file(op_, path_, "cannot open (", std::strerror(e), ")");
+    }
+    struct stat st {};
+    const bool stat_ok = ::fstat(fd, &st) == 0;
+    const int e = errno;
+    if (!stat_ok || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      if (!stat_ok) fail_file(op_, path_, "cannot stat the open file (", std::strerror(e), ")");
+      if (S_ISDIR(st.st_mode)) fail_file(op_, path_, "is a directory, not a file");
+      fail_file(op_, path_, "is not a regular file (it is ",
+                S_ISCHR(st.st_mode)    ? "a character device"
+                : S_ISBLK(st.st_mode)  ? "a block device"
+                : S_ISFIFO(st.st_mode) ? "a FIFO"
+                : S_ISSOCK(st.st_mode) ? "a socket"
+                                       : "a file of another kind",
+                ")");
+    }
+    file_ = gzdopen(fd, "rb");
+    if (!file_) {
+      ::close(fd);  // a failed gzdopen leaves the descriptor open
+      fail_file(op_, path_, "cannot open (zlib could not allocate its state)");
+    }
     gzbuffer(file_, 1u << 18);  // fewer, larger reads than zlib's 8 KiB default
   }
   gz_reader(const gz_reader&) = delete;
@@ -256,7 +278,8 @@ inline std::string_view idx_header::type_name() const {
 inline size_t idx_header::element_size() const { return detail::idx::info_of(type_code).size; }
 
 /// Reads and validates only the header of the IDX file at `path` (gzip'd or not): the stored
-/// type and the shape. Throws io_error (naming the path) for a missing or unreadable file, an
+/// type and the shape. Throws io_error (naming the path) for a missing or unreadable file, a
+/// path that is not a regular file (a directory, a device, a FIFO: refused without blocking), an
 /// empty or truncated header, a wrong magic number, an unknown type code, a rank outside
 /// [1, 8], a negative dimension, or a shape whose byte count overflows.
 inline idx_header read_idx_header(const std::filesystem::path& path) {

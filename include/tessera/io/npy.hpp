@@ -7,6 +7,9 @@
 // 3.0) and PKWARE's APPNOTE.TXT (ZIP: local headers, central directory, end record).
 #pragma once
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -85,6 +88,16 @@ inline std::string hex32(uint32_t v) {
   std::string s = "0x";
   for (int sh = 28; sh >= 0; sh -= 4) s += digits[(v >> sh) & 15];
   return s;
+}
+
+// What a file that is not a regular one is, for messages ("a FIFO").
+inline const char* kind_of(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISSOCK(m)) return "a socket";
+  return "a file of another kind";
 }
 
 // ---- dtypes ----
@@ -178,21 +191,38 @@ class memory_source final : public byte_source {
   size_t n_;
 };
 
-// A file opened for reading; errors name the path.
+// A regular file opened for reading; errors name the path. Anything else (a device, a FIFO, a
+// directory) is refused before a byte is read: it is opened with O_NONBLOCK, so that a FIFO with
+// no writer cannot block the open, and checked with fstat (the flag does nothing to a regular
+// file's reads).
 class file_source final : public byte_source {
  public:
   explicit file_source(const where& w) : w_(w) {
-    std::error_code ec;
-    if (!std::filesystem::exists(w.path, ec))
-      fail_at(w, ec ? "cannot access the file (" + ec.message() + ")" : "no such file");
-    if (std::filesystem::is_directory(w.path, ec)) fail_at(w, "is a directory, not a file");
-    errno = 0;
-    f_ = std::fopen(w.path.c_str(), "rb");
-    if (!f_) fail_at(w, "cannot open (", std::strerror(errno), ")");
-    if (!seek(0, SEEK_END)) fail_io("cannot seek");
-    const auto end = tell();
-    if (end < 0) fail_io("cannot tell the file size");
-    size_ = static_cast<uint64_t>(end);
+    if (w.path.empty()) fail_at(w, "the path is empty");
+    const int fd = ::open(w.path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+      const int e = errno;
+      if (e == ENOENT) fail_at(w, "no such file");
+      fail_at(w, "cannot open (", std::strerror(e), ")");
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      const int e = errno;
+      ::close(fd);
+      fail_at(w, "cannot stat the open file (", std::strerror(e), ")");
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      if (S_ISDIR(st.st_mode)) fail_at(w, "is a directory, not a file");
+      fail_at(w, "is not a regular file (it is ", kind_of(st.st_mode), ")");
+    }
+    f_ = ::fdopen(fd, "rb");
+    if (!f_) {
+      const int e = errno;
+      ::close(fd);
+      fail_at(w, "cannot open (", std::strerror(e), ")");
+    }
+    size_ = static_cast<uint64_t>(st.st_size);
   }
   file_source(const file_source&) = delete;
   file_source& operator=(const file_source&) = delete;
@@ -201,27 +231,14 @@ class file_source final : public byte_source {
   uint64_t size() const override { return size_; }
   void read(uint64_t offset, void* dst, size_t n) override {
     if (n == 0) return;
-    if (!seek(static_cast<int64_t>(offset), SEEK_SET)) fail_io("cannot seek");
+    errno = 0;
+    if (fseeko(f_, static_cast<off_t>(offset), SEEK_SET) != 0) fail_io("cannot seek");
     if (std::fread(dst, 1, n, f_) != n)
       fail_io(std::feof(f_) ? "the file ended early while reading (changed while being read?)"
                             : "read error");
   }
 
  private:
-  bool seek(int64_t off, int whence) {
-#if defined(_WIN32)
-    return _fseeki64(f_, off, whence) == 0;
-#else
-    return fseeko(f_, static_cast<off_t>(off), whence) == 0;
-#endif
-  }
-  int64_t tell() {
-#if defined(_WIN32)
-    return _ftelli64(f_);
-#else
-    return ftello(f_);
-#endif
-  }
   [[noreturn]] void fail_io(const char* what) {
     const int e = errno;
     fail_at(w_, what, e ? " (" : "", e ? std::strerror(e) : "", e ? ")" : "");
@@ -597,47 +614,69 @@ host_bytes host_bytes_of(const Tensor<T, B>& t) {
   return hb;
 }
 
-// Writes a file so that it appears complete or not at all: the bytes go to a temporary file
-// beside the target, which replaces the target only after every write and the close succeeded.
-// A symbolic link stays a link (the file it points to is replaced); a target that exists and is
-// not a regular file (a device, a FIFO) is written in place.
+// Writes a file so that it appears complete or not at all, also across a crash or power cut:
+// the bytes go to a new temporary file beside the target (O_EXCL: never one that was there), which
+// is flushed, synced to disk and only then renamed over the target; then the directory is synced,
+// so that the rename itself is on disk. The file gets the permission bits (and, where the process
+// may, the owner) of the file it replaces, and a new one 0666 less the umask, as open(2) gives.
+// A symbolic link stays a link (the file it points to is replaced). A target that exists but is
+// not a regular file (/dev/null, a FIFO, a socket) is refused, not replaced or written into.
 class atomic_writer {
  public:
   atomic_writer(std::string_view op, const std::filesystem::path& path) : op_(op), path_(path) {
     namespace fs = std::filesystem;
+    if (path.empty()) fail("the path is empty");
     std::error_code ec;
     target_ = path;
     if (fs::is_symlink(path, ec)) {
       fs::path real = fs::canonical(path, ec);
       if (!ec) target_ = std::move(real);
     }
-    const fs::file_status st = fs::status(target_, ec);
-    if (fs::is_directory(st)) fail("is a directory");
-    const bool in_place = fs::exists(st) && !fs::is_regular_file(st);
-    if (in_place) {
-      tmp_ = target_;
-    } else {
-      static std::atomic<uint64_t> counter{0};
-      const auto tick =
-          static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-      // The static's address differs between processes (ASLR), the counter within one.
-      const auto salt = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(&counter));
-      tmp_ = target_;
-      tmp_ += ".tmp-" + std::to_string(tick ^ (salt << 16)) + "-" + std::to_string(counter++);
+    if (!target_.has_filename()) fail("names a directory (it ends in a separator), not a file");
+    dir_ = target_.parent_path();
+    check_directory();
+    struct stat st {};
+    const bool exists = ::stat(target_.c_str(), &st) == 0;
+    if (!exists && errno != ENOENT) fail_errno("cannot access the file", errno);
+    if (exists && S_ISDIR(st.st_mode)) fail("is a directory");
+    if (exists && !S_ISREG(st.st_mode))
+      fail("exists and is not a regular file (it is ", kind_of(st.st_mode),
+           "); refusing to replace it");
+
+    static std::atomic<uint64_t> counter{0};
+    const auto tick =
+        static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    // The static's address differs between processes (ASLR), the counter within one.
+    const auto salt = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(&counter));
+    tmp_ = target_;
+    tmp_ += ".tmp-" + std::to_string(tick ^ (salt << 16)) + "-" + std::to_string(counter++);
+    // Replacing a file: private until it has the target's owner and mode (below); new: as
+    // open(2) would create the target.
+    const int fd = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                          exists ? S_IRUSR | S_IWUSR : 0666);
+    if (fd < 0) fail_errno("cannot create a file in " + dir_name(), errno);
+    created_ = true;
+    f_ = ::fdopen(fd, "wb");
+    if (!f_) {
+      const int e = errno;
+      ::close(fd);
+      fail_errno("cannot open for writing", e);
     }
-    errno = 0;
-    f_ = std::fopen(tmp_.c_str(), "wb");
-    if (!f_) fail("cannot open for writing (", std::strerror(errno), ")");
-    in_place_ = in_place;
+    if (exists) {
+      // The owner where we may set it (root; or a group we are in), silently not otherwise;
+      // before the mode, which chown may clear set-id bits of.
+      if ((st.st_uid != ::geteuid() || st.st_gid != ::getegid()) &&
+          ::fchown(fd, st.st_uid, st.st_gid) != 0) {
+      }
+      if (::fchmod(fd, st.st_mode & 07777) != 0)
+        fail_errno("cannot give the new file the permissions of the old one", errno);
+    }
   }
   atomic_writer(const atomic_writer&) = delete;
   atomic_writer& operator=(const atomic_writer&) = delete;
   ~atomic_writer() {
     if (f_) std::fclose(f_);
-    if (!committed_ && !in_place_) {
-      std::error_code ec;
-      std::filesystem::remove(tmp_, ec);
-    }
+    if (created_ && !committed_) ::unlink(tmp_.c_str());
   }
 
   uint64_t written() const { return written_; }
@@ -649,23 +688,30 @@ class atomic_writer {
     written_ += n;
   }
   void write(std::string_view s) { write(s.data(), s.size()); }
-  // Flushes, closes and moves the file into place.
+  // Flushes, syncs and closes the file, moves it into place and syncs the directory.
   void commit() {
     errno = 0;
     const bool flushed = std::fflush(f_) == 0 && !std::ferror(f_);
-    const int e = errno;
+    int e = errno;
+    const bool synced = flushed && ::fsync(::fileno(f_)) == 0;
+    if (flushed && !synced) e = errno;
+    errno = 0;
     const bool closed = std::fclose(f_) == 0;
     f_ = nullptr;
     if (!flushed || !closed)
       fail("write failed (", e ? std::strerror(e) : errno ? std::strerror(errno) : "?", ")");
+    if (!synced) fail_errno("cannot sync the written file to disk", e);
+    if (::rename(tmp_.c_str(), target_.c_str()) != 0)
+      fail_errno("cannot move the written file into place", errno);
     committed_ = true;
-    if (in_place_) return;
-    std::error_code ec;
-    std::filesystem::rename(tmp_, target_, ec);
-    if (ec) {
-      std::filesystem::remove(tmp_, ec);
-      fail("cannot move the written file into place (", ec.message(), ")");
-    }
+    // Without this a power cut may lose the rename: the old file, or no file, comes back.
+    // EINVAL: a file system that cannot sync a directory (nothing to do there).
+    const int dfd = ::open(dir_or_dot().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) fail_errno("was written, but its directory cannot be opened to sync it", errno);
+    const bool dir_synced = ::fsync(dfd) == 0 || errno == EINVAL;
+    e = errno;
+    ::close(dfd);
+    if (!dir_synced) fail_errno("was written, but syncing its directory failed", e);
   }
 
  private:
@@ -673,13 +719,28 @@ class atomic_writer {
   [[noreturn]] void fail(const Parts&... parts) {
     fail_at(where{op_, path_}, parts...);
   }
+  [[noreturn]] void fail_errno(const std::string& what, int e) {
+    fail(what, " (", std::strerror(e), ")");
+  }
+  std::filesystem::path dir_or_dot() const { return dir_.empty() ? "." : dir_; }
+  std::string dir_name() const { return "the directory '" + dir_or_dot().string() + "'"; }
+  // The target's directory must exist and be one.
+  void check_directory() {
+    struct stat st {};
+    if (::stat(dir_or_dot().c_str(), &st) != 0) {
+      const int e = errno;
+      if (e == ENOENT) fail(dir_name(), " does not exist");
+      fail_errno("cannot access " + dir_name(), e);
+    }
+    if (!S_ISDIR(st.st_mode)) fail("'", dir_.string(), "' is not a directory");
+  }
 
   std::string_view op_;
   const std::filesystem::path& path_;
-  std::filesystem::path target_, tmp_;
+  std::filesystem::path target_, dir_, tmp_;
   std::FILE* f_ = nullptr;
   uint64_t written_ = 0;
-  bool committed_ = false, in_place_ = false;
+  bool created_ = false, committed_ = false;
 };
 
 template <class T>
@@ -919,6 +980,41 @@ inline std::vector<unsigned char> read_member(const where& w, byte_source& src,
   return out;
 }
 
+// The arrays of the .npz archive in src (load_npz's reader; the fuzz harness feeds it memory).
+template <element_type T>
+std::vector<std::pair<std::string, Tensor<T, cpu>>> read_npz(const where& w, byte_source& src) {
+  const std::vector<zip_entry> entries = read_directory(w, src);
+  // Each member's array name, its name without ".npy". Distinct members may give one name
+  // ("w.npy" and "w"), which would make the archive's meaning depend on who reads it last.
+  std::vector<std::string> names;
+  names.reserve(entries.size());
+  for (const zip_entry& z : entries) {
+    std::string name = z.name;
+    if (name.size() >= 4 && name.compare(name.size() - 4, 4, ".npy") == 0)
+      name.resize(name.size() - 4);
+    names.push_back(std::move(name));
+  }
+  std::vector<const std::string*> name_ptrs;
+  for (const std::string& n : names) name_ptrs.push_back(&n);
+  if (const std::string* dup = first_duplicate(std::move(name_ptrs))) {
+    std::string members;
+    for (size_t i = 0; i < entries.size(); ++i)
+      if (names[i] == *dup)
+        members += (members.empty() ? "'" : " and '") + printable(entries[i].name) + "'";
+    fail_at(w, "array '", printable(*dup), "' appears twice (members ", members, ")");
+  }
+  std::vector<std::pair<std::string, Tensor<T, cpu>>> out;
+  out.reserve(entries.size());
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const zip_entry& z = entries[i];
+    const where wm{w.op, w.path, &z.name};
+    const std::vector<unsigned char> bytes = read_member(wm, src, z);
+    memory_source mem(bytes.data(), bytes.size());
+    out.emplace_back(std::move(names[i]), read_array<T>(wm, mem));
+  }
+  return out;
+}
+
 }  // namespace detail::npy
 
 namespace io {
@@ -929,11 +1025,14 @@ namespace io {
 /// a strided view is written by value, a tensor on another backend is copied to the CPU first.
 /// `numpy.load(path)` returns an equal array, and load_npy<T> the same bits.
 ///
-/// The file is written beside the target under a temporary name and renamed over it only when
-/// every byte was written, so an existing file is replaced whole or not at all.
+/// The file is written beside the target under a temporary name, synced to disk and renamed
+/// over it only when every byte was written, then the directory is synced: an existing file is
+/// replaced whole or not at all, also across a crash or power cut. A replaced file's permission
+/// bits (and owner, where the process may set it) are kept; a new file gets 0666 less the umask.
 /// Throws dtype_error for bfloat16 / float8 (NumPy has no such dtype: save astype<float>()),
-/// io_error naming the path when the file cannot be created or written, and error for an
-/// undefined tensor.
+/// io_error naming the path for an empty path, a directory, a missing parent directory, a
+/// destination that exists but is not a regular file (a device, a FIFO: refused, not written
+/// into), and when the file cannot be created, written or synced; error for an undefined tensor.
 template <element_type T, class B>
 void save_npy(const std::filesystem::path& path, const Tensor<T, B>& t) {
   constexpr std::string_view op = "save_npy";
@@ -952,7 +1051,8 @@ void save_npy(const std::filesystem::path& path, const Tensor<T, B>& t) {
 /// checkpoint comes back bit for bit. Fortran-order arrays are reordered into C order.
 /// Accepts NPY format versions 1.0, 2.0 and 3.0.
 ///
-/// Throws io_error naming the path and what is wrong: missing or unreadable file, wrong magic,
+/// Throws io_error naming the path and what is wrong: missing or unreadable file, a path that is
+/// not a regular file (a directory, a device, a FIFO: refused without blocking), wrong magic,
 /// unsupported version, header length past the end of the file, malformed header dict,
 /// unknown or structured descr, a stored dtype other than T (naming both), rank over 8,
 /// negative or overflowing dimensions, data shorter than the shape needs or bytes after it,
@@ -968,12 +1068,13 @@ Tensor<T, cpu> load_npy(const std::filesystem::path& path) {
 /// Writes `arrays` to `path` as a NumPy .npz archive: an uncompressed ZIP file whose member
 /// "<name>.npy" holds each tensor as save_npy writes it, in the order given. `numpy.load(path)`
 /// returns an NpzFile with those names as keys; load_npz<T> returns the tensors bit for bit.
-/// The file appears whole or not at all (as for save_npy).
+/// The file appears whole or not at all, and keeps the replaced file's mode (as for save_npy).
 ///
 /// Throws dtype_error for bfloat16 / float8 (save astype<float>() tensors), io_error naming the
 /// path and the name for an empty, duplicate or NUL-containing name, for a member of 4 GiB or
-/// more, an archive past 4 GiB or over 65535 members (ZIP64 is not written), and for files that
-/// cannot be written; error for an undefined tensor.
+/// more, an archive past 4 GiB or over 65535 members (ZIP64 is not written), all before anything
+/// is written (an existing file is left untouched), and for the paths and files save_npy
+/// refuses or cannot write; error for an undefined tensor.
 template <element_type T, class B>
 void save_npz(const std::filesystem::path& path,
               const std::vector<std::pair<std::string, Tensor<T, B>>>& arrays) {
@@ -1047,26 +1148,14 @@ void save_npz(const std::filesystem::path& path,
 /// Throws io_error naming the path (and the member where one is at fault) for a missing file,
 /// something not a ZIP archive, a truncated or corrupt archive (no end record, offsets or sizes
 /// out of range, headers that disagree), ZIP64, multi-volume or encrypted archives, methods
-/// other than stored and deflate, corrupt deflate data, a CRC mismatch, a name that appears
-/// twice, and for each member everything load_npy rejects.
+/// other than stored and deflate, corrupt deflate data, a CRC mismatch, a member name that
+/// appears twice, two members that load under one name ("w.npy" and "w"), and for each member
+/// everything load_npy rejects (a path that is not a regular file included).
 template <element_type T>
 std::vector<std::pair<std::string, Tensor<T, cpu>>> load_npz(const std::filesystem::path& path) {
-  namespace npy = detail::npy;
-  const npy::where w{"load_npz", path};
-  npy::file_source src(w);
-  const std::vector<npy::zip_entry> entries = npy::read_directory(w, src);
-  std::vector<std::pair<std::string, Tensor<T, cpu>>> out;
-  out.reserve(entries.size());
-  for (const npy::zip_entry& z : entries) {
-    const npy::where wm{w.op, path, &z.name};
-    const std::vector<unsigned char> bytes = npy::read_member(wm, src, z);
-    npy::memory_source mem(bytes.data(), bytes.size());
-    std::string name = z.name;
-    if (name.size() >= 4 && name.compare(name.size() - 4, 4, ".npy") == 0)
-      name.resize(name.size() - 4);
-    out.emplace_back(std::move(name), npy::read_array<T>(wm, mem));
-  }
-  return out;
+  const detail::npy::where w{"load_npz", path};
+  detail::npy::file_source src(w);
+  return detail::npy::read_npz<T>(w, src);
 }
 
 }  // namespace io

@@ -93,7 +93,12 @@ class Module {
   void load_state_dict(const state_dict_t<T, B>& state, bool strict = true) {
     const state_dict_t<T, B> mine = state_dict();
     std::vector<std::pair<const tensor*, const tensor*>> copies;
-    for (const auto& [name, src] : state) {
+    for (size_t i = 0; i < state.size(); ++i) {
+      const auto& [name, src] = state[i];
+      // A repeated key would silently let its last tensor win.
+      for (size_t j = 0; j < i; ++j)
+        if (state[j].first == name)
+          tessera::detail::fail<error>("load_state_dict", "key \"", name, "\" appears twice");
       const tensor* dst = nullptr;
       for (const auto& [n, t] : mine)
         if (n == name) dst = &t;
