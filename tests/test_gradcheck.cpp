@@ -566,7 +566,7 @@ TEST(Gradcheck, ConvNetEndToEnd) {
 /// x^2 with a backward of g * k * x: correct for k = 2 only.
 V square_with_backward(const V& x, double k) {
   return ts::autograd::detail::record(
-      x.value() * x.value(), {&x},
+      "square", x.value() * x.value(), {&x}, {x.value()},
       [xv = x.value(), k](const ts::autograd::backward_context<double, ts::cpu>& c) {
         c.give(0, c.grad() * xv * k);
       });
@@ -598,7 +598,7 @@ TEST(Gradcheck, ReportsAMissingGradient) {
   const auto r = ts::gradcheck(
       [](const Vs& v) {
         return ts::autograd::detail::record(
-            v[0].value() * 2.0, {&v[0]},
+            "scale", v[0].value() * 2.0, {&v[0]}, {},
             [](const ts::autograd::backward_context<double, ts::cpu>&) {});
       },
       {uniform({3}, 240)});

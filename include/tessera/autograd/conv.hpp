@@ -23,16 +23,15 @@ Variable<T, B> conv2d(const Variable<T, B>& x, const Variable<T, B>& w, const Va
                       const Conv2dOptions& opts = {}) {
   Tensor<T, B> y = conv2d(x.value(), w.value(), autograd::detail::value_or_none(bias), opts);
   const bool relu = opts.relu;
-  return autograd::detail::record(y, {&x, &w, &bias},
-                                  [xv = x.value(), wv = w.value(), y = relu ? y : Tensor<T, B>(),
-                                   opts](const autograd::backward_context<T, B>& c) {
-                                    const Tensor<T, B> g = autograd::detail::relu_and_bias_grad(
-                                        "conv backward", c, c.grad(), y, opts.relu);
-                                    if (c.needs(0))
-                                      c.give(0, conv2d_backward_input(g, wv, xv.shape(), opts));
-                                    if (c.needs(1))
-                                      c.give(1, conv2d_backward_weight(g, xv, wv.shape(), opts));
-                                  });
+  return autograd::detail::record(
+      "conv2d", y, {&x, &w, &bias}, {x.value(), w.value(), relu ? y : Tensor<T, B>()},
+      [xv = x.value(), wv = w.value(), y = relu ? y : Tensor<T, B>(),
+       opts](const autograd::backward_context<T, B>& c) {
+        const Tensor<T, B> g =
+            autograd::detail::relu_and_bias_grad("conv backward", c, c.grad(), y, opts.relu);
+        if (c.needs(0)) c.give(0, conv2d_backward_input(g, wv, xv.shape(), opts));
+        if (c.needs(1)) c.give(1, conv2d_backward_weight(g, xv, wv.shape(), opts));
+      });
 }
 /// 2-D convolution without bias.
 template <element_type T, class B>
@@ -47,7 +46,7 @@ Variable<T, B> conv1d(const Variable<T, B>& x, const Variable<T, B>& w, const Va
                       const Conv1dOptions& opts = {}) {
   Tensor<T, B> y = conv1d(x.value(), w.value(), autograd::detail::value_or_none(bias), opts);
   return autograd::detail::record(
-      y, {&x, &w, &bias},
+      "conv1d", y, {&x, &w, &bias}, {x.value(), w.value(), opts.relu ? y : Tensor<T, B>()},
       [xv = x.value(), wv = w.value(), y = opts.relu ? y : Tensor<T, B>(),
        opts](const autograd::backward_context<T, B>& c) {
         const Tensor<T, B> g =
@@ -68,8 +67,9 @@ Variable<T, B> conv_transpose2d(const Variable<T, B>& x, const Variable<T, B>& w
                                 const Variable<T, B>& bias,
                                 const ConvTranspose2dOptions& opts = {}) {
   return autograd::detail::record(
+      "conv_transpose2d",
       conv_transpose2d(x.value(), w.value(), autograd::detail::value_or_none(bias), opts),
-      {&x, &w, &bias},
+      {&x, &w, &bias}, {x.value(), w.value()},
       [xv = x.value(), wv = w.value(), opts](const autograd::backward_context<T, B>& c) {
         const Tensor<T, B>& g = c.grad();
         if (c.needs(0)) c.give(0, conv_transpose2d_backward_input(g, wv, xv.shape(), opts));
@@ -93,7 +93,7 @@ Variable<T, B> max_pool2d(const Variable<T, B>& x, const Pool2dOptions& opts) {
   const auto plan = tessera::detail::max_pool_plan("max_pool2d_with_indices", x.value(), opts);
   auto r = tessera::detail::max_pool_with_indices(plan, x.value());
   return autograd::detail::record(
-      r.values, {&x},
+      "max_pool2d", r.values, {&x}, {},
       [s = x.shape(), idx = r.indices, plan](const autograd::backward_context<T, B>& c) {
         c.give(0, tessera::detail::max_pool2d_backward_of_forward(plan, c.grad(), idx, s));
       });
@@ -119,7 +119,7 @@ Variable<T, B> conv2d_relu_max_pool(const Variable<T, B>& x, const Variable<T, B
   const auto plan = tessera::detail::max_pool_plan("max_pool2d_with_indices", y, pool);
   auto r = tessera::detail::max_pool_with_indices(plan, y);
   return record(
-      r.values, {&x, &w, &bias},
+      "conv2d_relu_max_pool2d", r.values, {&x, &w, &bias}, {x.value(), w.value(), r.values},
       [xv = x.value(), wv = w.value(), pooled = r.values, idx = r.indices, plan, ys = y.shape(),
        opts](const backward_context<T, B>& c) {
         const Tensor<T, B> gp = relu_and_bias_grad("conv backward", c, c.grad(), pooled, true);
@@ -134,7 +134,7 @@ Variable<T, B> conv2d_relu_max_pool(const Variable<T, B>& x, const Variable<T, B
 /// Average pooling, as tessera::avg_pool2d.
 template <element_type T, class B>
 Variable<T, B> avg_pool2d(const Variable<T, B>& x, const Pool2dOptions& opts) {
-  return autograd::detail::record(avg_pool2d(x.value(), opts), {&x},
+  return autograd::detail::record("avg_pool2d", avg_pool2d(x.value(), opts), {&x}, {},
                                   [s = x.shape(), opts](const autograd::backward_context<T, B>& c) {
                                     c.give(0, avg_pool2d_backward(c.grad(), s, opts));
                                   });
@@ -142,7 +142,8 @@ Variable<T, B> avg_pool2d(const Variable<T, B>& x, const Pool2dOptions& opts) {
 /// Adaptive average pooling to output_size, as tessera::adaptive_avg_pool2d.
 template <element_type T, class B>
 Variable<T, B> adaptive_avg_pool2d(const Variable<T, B>& x, std::array<int64_t, 2> output_size) {
-  return autograd::detail::record(adaptive_avg_pool2d(x.value(), output_size), {&x},
+  return autograd::detail::record("adaptive_avg_pool2d",
+                                  adaptive_avg_pool2d(x.value(), output_size), {&x}, {},
                                   [s = x.shape()](const autograd::backward_context<T, B>& c) {
                                     c.give(0, adaptive_avg_pool2d_backward(c.grad(), s));
                                   });
@@ -150,7 +151,7 @@ Variable<T, B> adaptive_avg_pool2d(const Variable<T, B>& x, std::array<int64_t, 
 /// Mean over H and W ([N, C, H, W] -> [N, C, 1, 1]), as tessera::global_avg_pool2d.
 template <element_type T, class B>
 Variable<T, B> global_avg_pool2d(const Variable<T, B>& x) {
-  return autograd::detail::record(global_avg_pool2d(x.value()), {&x},
+  return autograd::detail::record("global_avg_pool2d", global_avg_pool2d(x.value()), {&x}, {},
                                   [s = x.shape()](const autograd::backward_context<T, B>& c) {
                                     const int r = s.rank();
                                     const T scale = T(1) / static_cast<T>(s[r - 1] * s[r - 2]);

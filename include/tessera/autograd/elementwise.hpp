@@ -161,7 +161,7 @@ Tensor<T, B> relu_and_bias_grad(std::string_view op, const backward_context<T, B
 template <element_type T, class B>
 Variable<T, B> add(const Variable<T, B>& a, const Variable<T, B>& b) {
   return autograd::detail::record(
-      a.value() + b.value(), {&a, &b},
+      "add", a.value() + b.value(), {&a, &b}, {},
       [sa = a.shape(), sb = b.shape()](const autograd::backward_context<T, B>& c) {
         autograd::detail::give_summed(c, 0, c.grad(), sa, false);
         autograd::detail::give_summed(c, 1, c.grad(), sb, false);
@@ -171,7 +171,7 @@ Variable<T, B> add(const Variable<T, B>& a, const Variable<T, B>& b) {
 template <element_type T, class B>
 Variable<T, B> sub(const Variable<T, B>& a, const Variable<T, B>& b) {
   return autograd::detail::record(
-      a.value() - b.value(), {&a, &b},
+      "sub", a.value() - b.value(), {&a, &b}, {},
       [sa = a.shape(), sb = b.shape()](const autograd::backward_context<T, B>& c) {
         autograd::detail::give_summed(c, 0, c.grad(), sa, false);
         if (c.needs(1)) autograd::detail::give_summed(c, 1, neg(c.grad()), sb);
@@ -181,7 +181,7 @@ Variable<T, B> sub(const Variable<T, B>& a, const Variable<T, B>& b) {
 template <element_type T, class B>
 Variable<T, B> mul(const Variable<T, B>& a, const Variable<T, B>& b) {
   return autograd::detail::record(
-      a.value() * b.value(), {&a, &b},
+      "mul", a.value() * b.value(), {&a, &b}, {a.value(), b.value()},
       [a = a.value(), b = b.value()](const autograd::backward_context<T, B>& c) {
         if (c.needs(0)) autograd::detail::give_summed(c, 0, c.grad() * b, a.shape());
         if (c.needs(1)) autograd::detail::give_summed(c, 1, c.grad() * a, b.shape());
@@ -191,7 +191,7 @@ Variable<T, B> mul(const Variable<T, B>& a, const Variable<T, B>& b) {
 template <element_type T, class B>
 Variable<T, B> div(const Variable<T, B>& a, const Variable<T, B>& b) {
   return autograd::detail::record(
-      a.value() / b.value(), {&a, &b},
+      "div", a.value() / b.value(), {&a, &b}, {a.value(), b.value()},
       [a = a.value(), b = b.value()](const autograd::backward_context<T, B>& c) {
         if (c.needs(0)) autograd::detail::give_summed(c, 0, c.grad() / b, a.shape());
         if (c.needs(1))
@@ -202,7 +202,7 @@ Variable<T, B> div(const Variable<T, B>& a, const Variable<T, B>& b) {
 template <element_type T, class B>
 Variable<T, B> maximum(const Variable<T, B>& a, const Variable<T, B>& b) {
   return autograd::detail::record(
-      maximum(a.value(), b.value()), {&a, &b},
+      "maximum", maximum(a.value(), b.value()), {&a, &b}, {a.value(), b.value()},
       [a = a.value(), b = b.value()](const autograd::backward_context<T, B>& c) {
         if (c.needs(0))
           autograd::detail::give_summed(c, 0, map(fn::grad::max_lhs{}, c.grad(), a, b), a.shape());
@@ -214,7 +214,7 @@ Variable<T, B> maximum(const Variable<T, B>& a, const Variable<T, B>& b) {
 template <element_type T, class B>
 Variable<T, B> minimum(const Variable<T, B>& a, const Variable<T, B>& b) {
   return autograd::detail::record(
-      minimum(a.value(), b.value()), {&a, &b},
+      "minimum", minimum(a.value(), b.value()), {&a, &b}, {a.value(), b.value()},
       [a = a.value(), b = b.value()](const autograd::backward_context<T, B>& c) {
         if (c.needs(0))
           autograd::detail::give_summed(c, 0, map(fn::grad::max_lhs{}, c.grad(), b, a), a.shape());
@@ -229,20 +229,20 @@ Variable<T, B> minimum(const Variable<T, B>& a, const Variable<T, B>& b) {
 template <element_type T, class B>
 Variable<T, B> add(const Variable<T, B>& x, T s) {
   return autograd::detail::record(
-      x.value() + s, {&x},
+      "add", x.value() + s, {&x}, {},
       [](const autograd::backward_context<T, B>& c) { c.give(0, c.grad(), false); });
 }
 template <element_type T, class B>
 Variable<T, B> mul(const Variable<T, B>& x, T s) {
   return autograd::detail::record(
-      x.value() * s, {&x},
+      "mul", x.value() * s, {&x}, {},
       [s](const autograd::backward_context<T, B>& c) { c.give(0, c.grad() * s); });
 }
 /// s / x.
 template <element_type T, class B>
 Variable<T, B> rdiv(T s, const Variable<T, B>& x) {
   Tensor<T, B> y = s / x.value();
-  return autograd::detail::record(y, {&x},
+  return autograd::detail::record("rdiv", y, {&x}, {x.value(), y},
                                   [x = x.value(), y](const autograd::backward_context<T, B>& c) {
                                     c.give(0, map(autograd::grad_fn::rdiv<T>{}, c.grad(), y, x));
                                   });
@@ -251,7 +251,7 @@ Variable<T, B> rdiv(T s, const Variable<T, B>& x) {
 template <element_type T, class B>
 Variable<T, B> pow(const Variable<T, B>& x, T p) {
   return autograd::detail::record(
-      map(autograd::grad_fn::pow_scalar<T>{p}, x.value()), {&x},
+      "pow", map(autograd::grad_fn::pow_scalar<T>{p}, x.value()), {&x}, {x.value()},
       [x = x.value(), p](const autograd::backward_context<T, B>& c) {
         c.give(0, map(autograd::grad_fn::pow_scalar_grad<T>{p}, c.grad(), x));
       });
@@ -262,16 +262,16 @@ Variable<T, B> pow(const Variable<T, B>& x, T p) {
 namespace autograd::detail {
 /// A unary op whose derivative is a function of (g, output).
 template <class D, class T, class B>
-Variable<T, B> unary_from_output(Tensor<T, B> y, const Variable<T, B>& x) {
-  return record(y, {&x},
+Variable<T, B> unary_from_output(std::string_view op, Tensor<T, B> y, const Variable<T, B>& x) {
+  return record(op, y, {&x}, {y},
                 [y](const backward_context<T, B>& c) { c.give(0, map(D{}, c.grad(), y)); });
 }
 /// A unary op whose derivative is a function of (g, input).
 template <class D, class T, class B>
-Variable<T, B> unary_from_input(Tensor<T, B> y, const Variable<T, B>& x) {
-  return record(std::move(y), {&x}, [xv = x.value()](const backward_context<T, B>& c) {
-    c.give(0, map(D{}, c.grad(), xv));
-  });
+Variable<T, B> unary_from_input(std::string_view op, Tensor<T, B> y, const Variable<T, B>& x) {
+  return record(
+      op, std::move(y), {&x}, {x.value()},
+      [xv = x.value()](const backward_context<T, B>& c) { c.give(0, map(D{}, c.grad(), xv)); });
 }
 }  // namespace autograd::detail
 
@@ -279,53 +279,53 @@ Variable<T, B> unary_from_input(Tensor<T, B> y, const Variable<T, B>& x) {
 template <element_type T, class B>
 Variable<T, B> neg(const Variable<T, B>& x) {
   return autograd::detail::record(
-      neg(x.value()), {&x},
+      "neg", neg(x.value()), {&x}, {},
       [](const autograd::backward_context<T, B>& c) { c.give(0, neg(c.grad())); });
 }
 /// max(x, 0); the gradient is 0 where x <= 0.
 template <element_type T, class B>
 Variable<T, B> relu(const Variable<T, B>& x) {
-  return autograd::detail::unary_from_output<fn::grad::relu>(relu(x.value()), x);
+  return autograd::detail::unary_from_output<fn::grad::relu>("relu", relu(x.value()), x);
 }
 /// 1 / (1 + e^-x).
 template <element_type T, class B>
 Variable<T, B> sigmoid(const Variable<T, B>& x) {
-  return autograd::detail::unary_from_output<fn::grad::sigmoid>(sigmoid(x.value()), x);
+  return autograd::detail::unary_from_output<fn::grad::sigmoid>("sigmoid", sigmoid(x.value()), x);
 }
 /// tanh(x).
 template <element_type T, class B>
 Variable<T, B> tanh(const Variable<T, B>& x) {
-  return autograd::detail::unary_from_output<fn::grad::tanh>(tanh(x.value()), x);
+  return autograd::detail::unary_from_output<fn::grad::tanh>("tanh", tanh(x.value()), x);
 }
 /// sqrt(x).
 template <element_type T, class B>
 Variable<T, B> sqrt(const Variable<T, B>& x) {
-  return autograd::detail::unary_from_output<fn::grad::sqrt>(sqrt(x.value()), x);
+  return autograd::detail::unary_from_output<fn::grad::sqrt>("sqrt", sqrt(x.value()), x);
 }
 /// 1 / sqrt(x).
 template <element_type T, class B>
 Variable<T, B> rsqrt(const Variable<T, B>& x) {
-  return autograd::detail::unary_from_output<fn::grad::rsqrt>(rsqrt(x.value()), x);
+  return autograd::detail::unary_from_output<fn::grad::rsqrt>("rsqrt", rsqrt(x.value()), x);
 }
 /// e^x.
 template <element_type T, class B>
 Variable<T, B> exp(const Variable<T, B>& x) {
-  return autograd::detail::unary_from_output<fn::mul>(exp(x.value()), x);
+  return autograd::detail::unary_from_output<fn::mul>("exp", exp(x.value()), x);
 }
 /// Natural logarithm.
 template <element_type T, class B>
 Variable<T, B> log(const Variable<T, B>& x) {
-  return autograd::detail::unary_from_input<fn::safe_div>(log(x.value()), x);
+  return autograd::detail::unary_from_input<fn::safe_div>("log", log(x.value()), x);
 }
 /// |x| (gradient sign(x), 0 at 0).
 template <element_type T, class B>
 Variable<T, B> abs(const Variable<T, B>& x) {
-  return autograd::detail::unary_from_input<fn::grad::abs>(abs(x.value()), x);
+  return autograd::detail::unary_from_input<fn::grad::abs>("abs", abs(x.value()), x);
 }
 /// Exact GELU, x * Phi(x).
 template <element_type T, class B>
 Variable<T, B> gelu(const Variable<T, B>& x) {
-  return autograd::detail::unary_from_input<fn::grad::gelu>(gelu(x.value()), x);
+  return autograd::detail::unary_from_input<fn::grad::gelu>("gelu", gelu(x.value()), x);
 }
 
 /// A user elementwise function with its derivative: y = f(x), dy/dx = df(x). Both receive and
@@ -333,7 +333,8 @@ Variable<T, B> gelu(const Variable<T, B>& x) {
 template <class F, class DF, element_type T, class B>
 Variable<T, B> map(F f, DF df, const Variable<T, B>& x) {
   return autograd::detail::record(
-      map(f, x.value()), {&x}, [df, xv = x.value()](const autograd::backward_context<T, B>& c) {
+      "map", map(f, x.value()), {&x}, {x.value()},
+      [df, xv = x.value()](const autograd::backward_context<T, B>& c) {
         c.give(0, map(autograd::grad_fn::unary_user<T, DF>{df}, c.grad(), xv));
       });
 }
@@ -342,7 +343,7 @@ Variable<T, B> map(F f, DF df, const Variable<T, B>& x) {
 template <class F, class DFA, class DFB, element_type T, class B>
 Variable<T, B> map(F f, DFA dfa, DFB dfb, const Variable<T, B>& a, const Variable<T, B>& b) {
   return autograd::detail::record(
-      map(f, a.value(), b.value()), {&a, &b},
+      "map", map(f, a.value(), b.value()), {&a, &b}, {a.value(), b.value()},
       [dfa, dfb, a = a.value(), b = b.value()](const autograd::backward_context<T, B>& c) {
         if (c.needs(0))
           autograd::detail::give_summed(

@@ -11,7 +11,7 @@ TESSERA_BEGIN_NAMESPACE
 template <element_type T, class B>
 Variable<T, B> matmul(const Variable<T, B>& a, const Variable<T, B>& b) {
   return autograd::detail::record(
-      matmul(a.value(), b.value()), {&a, &b},
+      "matmul", matmul(a.value(), b.value()), {&a, &b}, {a.value(), b.value()},
       [av = a.value(), bv = b.value()](const autograd::backward_context<T, B>& c) {
         // Undo matmul's promotion of 1-D operands so every product below is a plain batched one.
         const Tensor<T, B> a2 = av.rank() == 1 ? av.unsqueeze(0) : av;
@@ -49,7 +49,7 @@ Variable<T, B> linear_op(const Variable<T, B>& x, const Variable<T, B>& w,
   Tensor<T, B> b = bias.defined() ? bias.value() : Tensor<T, B>();
   Tensor<T, B> y =
       tessera::detail::linear_impl(x.value(), w.value(), bias.defined() ? &b : nullptr, relu);
-  return record(y, {&x, &w, &bias},
+  return record("linear", y, {&x, &w, &bias}, {x.value(), w.value(), relu ? y : Tensor<T, B>()},
                 [xv = x.value(), wv = w.value(), y = relu ? y : Tensor<T, B>(),
                  relu](const backward_context<T, B>& c) {
                   const int64_t in = wv.shape()[1], out = wv.shape()[0];

@@ -13,19 +13,21 @@ TESSERA_BEGIN_NAMESPACE
 template <element_type T, class B>
 Variable<T, B> softmax(const Variable<T, B>& x, int64_t dim = -1) {
   Tensor<T, B> y = softmax(x.value(), dim);
-  return autograd::detail::record(y, {&x}, [y, dim](const autograd::backward_context<T, B>& c) {
-    const Tensor<T, B> gy = sum(c.grad() * y, {dim}, true);
-    c.give(0, map(autograd::grad_fn::softmax<T>{}, c.grad(), y, gy));
-  });
+  return autograd::detail::record(
+      "softmax", y, {&x}, {y}, [y, dim](const autograd::backward_context<T, B>& c) {
+        const Tensor<T, B> gy = sum(c.grad() * y, {dim}, true);
+        c.give(0, map(autograd::grad_fn::softmax<T>{}, c.grad(), y, gy));
+      });
 }
 /// log_softmax along dim; backward: g - exp(y) * sum(g, dim).
 template <element_type T, class B>
 Variable<T, B> log_softmax(const Variable<T, B>& x, int64_t dim = -1) {
   Tensor<T, B> y = log_softmax(x.value(), dim);
-  return autograd::detail::record(y, {&x}, [y, dim](const autograd::backward_context<T, B>& c) {
-    const Tensor<T, B> gs = sum(c.grad(), {dim}, true);
-    c.give(0, map(autograd::grad_fn::log_softmax<T>{}, c.grad(), y, gs));
-  });
+  return autograd::detail::record(
+      "log_softmax", y, {&x}, {y}, [y, dim](const autograd::backward_context<T, B>& c) {
+        const Tensor<T, B> gs = sum(c.grad(), {dim}, true);
+        c.give(0, map(autograd::grad_fn::log_softmax<T>{}, c.grad(), y, gs));
+      });
 }
 
 namespace autograd::detail {
@@ -59,7 +61,7 @@ Variable<T, B> cross_entropy(const Variable<T, B>& logits, const Tensor<int64_t,
   Tensor<T, B> loss = tessera::detail::cross_entropy_forward(x, labels, opts, lse, counted);
   // The backward pass reuses the forward pass's check and count.
   return autograd::detail::record(
-      std::move(loss), {&logits},
+      "cross_entropy", std::move(loss), {&logits}, {x, labels},
       [x, labels, opts, lse, counted](const autograd::backward_context<T, B>& c) {
         c.give(0, tessera::detail::cross_entropy_grad_checked(c.grad(), x, labels, opts, lse,
                                                               counted));
@@ -93,7 +95,8 @@ Variable<T, B> nll_loss(const Variable<T, B>& log_probs, const Tensor<int64_t, B
                                                             opts.ignore_index);
   // As cross_entropy: the backward pass reuses the forward pass's check and count.
   return autograd::detail::record(
-      tessera::detail::nll_loss_checked(log_probs.value(), labels, opts, counted), {&log_probs},
+      "nll_loss", tessera::detail::nll_loss_checked(log_probs.value(), labels, opts, counted),
+      {&log_probs}, {labels},
       [s = log_probs.shape(), labels, opts, counted](const autograd::backward_context<T, B>& c) {
         c.give(0, tessera::detail::nll_loss_grad_checked(c.grad(), s, labels, opts, counted));
       });
@@ -124,7 +127,8 @@ Variable<T, B> binary_cross_entropy_with_logits(const Variable<T, B>& logits,
   autograd::detail::check_same_shape("binary_cross_entropy_with_logits", logits, target);
   Tensor<T, B> per = map(autograd::grad_fn::bce_logits<T>{}, logits.value(), target.value());
   Variable<T, B> v = autograd::detail::record(
-      std::move(per), {&logits, &target},
+      "binary_cross_entropy_with_logits", std::move(per), {&logits, &target},
+      {logits.value(), target.value()},
       [x = logits.value(), y = target.value()](const autograd::backward_context<T, B>& c) {
         if (c.needs(0)) c.give(0, map(autograd::grad_fn::bce_logits_grad<T>{}, c.grad(), x, y));
         if (c.needs(1)) c.give(1, map(autograd::grad_fn::neg_mul<T>{}, c.grad(), x));

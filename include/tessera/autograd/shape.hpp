@@ -2,8 +2,8 @@
 // slice, select, expand, squeeze, unsqueeze, flatten) and of cat / stack.
 #pragma once
 
-#include "elementwise.hpp"
 #include "../ops/join.hpp"
+#include "elementwise.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 
@@ -11,9 +11,10 @@ namespace autograd::detail {
 /// A view op: its gradient is the output gradient reshaped back to the input's shape.
 template <class T, class B>
 Variable<T, B> reshaped_view(Tensor<T, B> y, const Variable<T, B>& x) {
-  return record(std::move(y), {&x}, [s = x.shape()](const backward_context<T, B>& c) {
-    c.give(0, c.grad().reshape(s.span()), false);
-  });
+  return record("reshape", std::move(y), {&x}, {},
+                [s = x.shape()](const backward_context<T, B>& c) {
+                  c.give(0, c.grad().reshape(s.span()), false);
+                });
 }
 }  // namespace autograd::detail
 
@@ -39,7 +40,8 @@ Variable<T, B> flatten(const Variable<T, B>& x, int64_t start = 0, int64_t end =
   std::vector<int64_t> dims;
   int64_t merged = 1;
   for (int d = 0; d < s.rank(); ++d) {
-    if (d < a || d > b) dims.push_back(s[d]);
+    if (d < a || d > b)
+      dims.push_back(s[d]);
     else {
       merged *= s[d];
       if (d == b) dims.push_back(merged);
@@ -64,7 +66,7 @@ Variable<T, B> unsqueeze(const Variable<T, B>& x, int64_t dim) {
 /// Dims d0 and d1 swapped.
 template <element_type T, class B>
 Variable<T, B> transpose(const Variable<T, B>& x, int64_t d0, int64_t d1) {
-  return autograd::detail::record(x.value().transpose(d0, d1), {&x},
+  return autograd::detail::record("transpose", x.value().transpose(d0, d1), {&x}, {},
                                   [d0, d1](const autograd::backward_context<T, B>& c) {
                                     c.give(0, c.grad().transpose(d0, d1), false);
                                   });
@@ -76,7 +78,7 @@ Variable<T, B> permute(const Variable<T, B>& x, std::initializer_list<int64_t> p
   std::vector<int64_t> inverse(perm.size());
   int i = 0;
   for (int64_t p : perm) inverse[tessera::detail::wrap_axis("permute", p, x.rank())] = i++;
-  return autograd::detail::record(std::move(y), {&x},
+  return autograd::detail::record("permute", std::move(y), {&x}, {},
                                   [inverse](const autograd::backward_context<T, B>& c) {
                                     c.give(0, c.grad().permute(inverse), false);
                                   });
@@ -86,7 +88,7 @@ template <element_type T, class B>
 Variable<T, B> slice(const Variable<T, B>& x, int64_t dim, int64_t start, int64_t stop,
                      int64_t step = 1) {
   return autograd::detail::record(
-      x.value().slice(dim, start, stop, step), {&x},
+      "slice", x.value().slice(dim, start, stop, step), {&x}, {},
       [s = x.shape(), dim, start, stop, step](const autograd::backward_context<T, B>& c) {
         Tensor<T, B> g = zeros<T, B>(s);
         g.slice(dim, start, stop, step).copy_(c.grad());
@@ -97,7 +99,7 @@ Variable<T, B> slice(const Variable<T, B>& x, int64_t dim, int64_t start, int64_
 template <element_type T, class B>
 Variable<T, B> select(const Variable<T, B>& x, int64_t dim, int64_t index) {
   return autograd::detail::record(
-      x.value().select(dim, index), {&x},
+      "select", x.value().select(dim, index), {&x}, {},
       [s = x.shape(), dim, index](const autograd::backward_context<T, B>& c) {
         Tensor<T, B> g = zeros<T, B>(s);
         g.select(dim, index).copy_(c.grad());
@@ -107,7 +109,7 @@ Variable<T, B> select(const Variable<T, B>& x, int64_t dim, int64_t index) {
 /// x broadcast to `shape` (a view); the gradient is summed back over the expanded dims.
 template <element_type T, class B>
 Variable<T, B> expand(const Variable<T, B>& x, const Shape& shape) {
-  return autograd::detail::record(x.value().broadcast_to(shape), {&x},
+  return autograd::detail::record("expand", x.value().broadcast_to(shape), {&x}, {},
                                   [s = x.shape()](const autograd::backward_context<T, B>& c) {
                                     autograd::detail::give_summed(c, 0, c.grad(), s, false);
                                   });
@@ -124,7 +126,7 @@ Variable<T, B> cat(const std::vector<Variable<T, B>>& xs, int64_t dim = 0) {
   const int d = tessera::detail::wrap_axis("cat", dim, y.rank());
   for (const auto& v : values) extents.push_back(v.shape()[d]);
   return autograd::detail::record_all(
-      std::move(y), xs, [extents, d](const autograd::backward_context<T, B>& c) {
+      "cat", std::move(y), xs, [extents, d](const autograd::backward_context<T, B>& c) {
         int64_t offset = 0;
         for (size_t i = 0; i < extents.size(); ++i) {
           c.give(i, c.grad().slice(d, offset, offset + extents[i]), false);

@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <memory>
+#include <string_view>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -49,6 +50,22 @@ class backward_context;
 
 namespace detail {
 
+/// A tensor that an op's backward reads (an input, the output, or an intermediate), kept with
+/// its storage's version at the time the op ran: a later in-place write changes the version,
+/// and backward then refuses to compute a gradient from the overwritten values.
+struct saved_version {
+  std::shared_ptr<tessera::detail::storage_block> storage;
+  uint64_t version = 0;
+
+  /// From any tensor (any element type): labels and pooling indices are saved too.
+  template <element_type U, backend_tag B2>
+  saved_version(const Tensor<U, B2>& t)  // NOLINT(google-explicit-constructor): read in lists
+      : storage(t.storage()), version(t.version()) {}
+  bool modified() const {
+    return storage && storage->version.load(std::memory_order_relaxed) != version;
+  }
+};
+
 /// The shared state behind a Variable: its value, its accumulated gradient, and (for the
 /// result of a recorded op) the inputs and the closure that propagates a gradient to them.
 template <class T, class B>
@@ -62,6 +79,10 @@ struct variable_node {
   bool released = false;
   std::vector<std::shared_ptr<variable_node>> inputs;
   std::function<void(backward_context<T, B>&)> backward;
+  // For an op result: the op's name, and the tensors its backward reads with their versions
+  // when it ran (checked before backward runs it).
+  std::string_view op;
+  std::vector<saved_version> saved;
 
   /// Drops the history iteratively: the default destructor would free a long chain of inputs
   /// recursively, one stack frame per node, and overflow the stack on a deep un-run history.
@@ -237,12 +258,16 @@ bool will_record(std::initializer_list<const Variable<T, B>*> inputs) {
   return false;
 }
 
-/// Records an op: returns a Variable holding `value` that, when some input requires a gradient
-/// and grad mode is on, remembers the inputs and the backward closure. Undefined inputs (absent
-/// optional operands) are allowed and never receive a gradient.
+/// Records op `op`: returns a Variable holding `value` that, when some input requires a gradient
+/// and grad mode is on, remembers the inputs, the backward closure and the versions of the
+/// tensors in `saved`, which must list every tensor a user could write into that the closure
+/// reads (input values, the output, their views). Undefined inputs (absent optional operands)
+/// are allowed and never receive a gradient. Do not move a saved tensor into `value`: the
+/// arguments are evaluated in no fixed order.
 template <class T, class B, class F>
-Variable<T, B> record(Tensor<T, B> value, std::initializer_list<const Variable<T, B>*> inputs,
-                      F&& backward) {
+Variable<T, B> record(std::string_view op, Tensor<T, B> value,
+                      std::initializer_list<const Variable<T, B>*> inputs,
+                      std::initializer_list<saved_version> saved, F&& backward) {
   Variable<T, B> out(std::move(value));
   if (!will_record(inputs)) return out;
   auto& n = *out.impl();
@@ -251,13 +276,16 @@ Variable<T, B> record(Tensor<T, B> value, std::initializer_list<const Variable<T
   for (const auto* v : inputs)
     n.inputs.push_back(v->requires_grad() ? v->impl() : null_node<T, B>());
   n.backward = std::forward<F>(backward);
+  n.op = op;
+  n.saved.assign(saved.begin(), saved.end());
   return out;
 }
 
-/// The same for an op with a run-time number of inputs (cat, stack).
+/// The same for an op with a run-time number of inputs (cat, stack) whose backward reads no
+/// tensor.
 template <class T, class B, class F>
-Variable<T, B> record_all(Tensor<T, B> value, const std::vector<Variable<T, B>>& inputs,
-                          F&& backward) {
+Variable<T, B> record_all(std::string_view op, Tensor<T, B> value,
+                          const std::vector<Variable<T, B>>& inputs, F&& backward) {
   Variable<T, B> out(std::move(value));
   if (!is_grad_enabled()) return out;
   bool any = false;
@@ -267,7 +295,23 @@ Variable<T, B> record_all(Tensor<T, B> value, const std::vector<Variable<T, B>>&
   n.requires_grad = true;
   for (const auto& v : inputs) n.inputs.push_back(v.requires_grad() ? v.impl() : null_node<T, B>());
   n.backward = std::forward<F>(backward);
+  n.op = op;
   return out;
+}
+
+/// Throws when a tensor that n's backward reads was written in place after n's op ran: the
+/// gradient would silently come from the new values.
+template <class T, class B>
+void check_saved(const variable_node<T, B>& n) {
+  for (size_t i = 0; i < n.saved.size(); ++i) {
+    const saved_version& s = n.saved[i];
+    if (s.modified())
+      tessera::detail::fail<error>(
+          "backward", "tensor ", i, " that ", n.op,
+          " saved for its gradient was modified in place ", "after ", n.op, " ran (version ",
+          s.storage->version.load(std::memory_order_relaxed), ", saved at ", s.version,
+          "); write into a clone() instead, or before ", n.op);
+  }
 }
 
 /// Nodes reachable from root through inputs that require grad, inputs before the ops that read
@@ -323,11 +367,15 @@ void Variable<T, B>::backward(const Tensor<T, B>& seed, bool retain_graph) const
   const auto order = detail::topological_order(&root);
   // A released node has no closure left and would pass for a leaf, silently cutting the
   // gradient: refuse a history that an earlier backward released anywhere, not only at the root.
-  for (const node* n : order)
+  // Likewise every saved tensor is checked before any gradient is computed, so a refused
+  // backward leaves every gradient as it was.
+  for (const node* n : order) {
     if (n->released)
       tessera::detail::fail<error>("backward",
                                    "its history was already released by an earlier backward "
                                    "(pass retain_graph = true to call backward twice)");
+    detail::check_saved(*n);
+  }
   if (seed.defined()) {
     if (!(seed.shape() == root.value.shape()))
       tessera::detail::fail<shape_error>("backward", "seed of shape ", seed.shape(),

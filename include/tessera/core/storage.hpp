@@ -1,6 +1,7 @@
 // tessera/core/storage.hpp - reference-counted memory blocks and the kernel-facing strided view.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -17,6 +18,9 @@ struct storage_block {
   void* ptr = nullptr;
   size_t bytes = 0;
   void (*release)(void*, size_t) = nullptr;
+  /// How many in-place writes the block has seen (see Tensor::version). Shared by every view of
+  /// it, as in PyTorch: autograd compares it to refuse gradients from overwritten saved tensors.
+  std::atomic<uint64_t> version{0};
   storage_block(void* p, size_t n, void (*r)(void*, size_t)) : ptr(p), bytes(n), release(r) {}
   storage_block(const storage_block&) = delete;
   storage_block& operator=(const storage_block&) = delete;

@@ -73,6 +73,17 @@ class Tensor {
   }
   /// The kernel-facing view.
   detail::strided<T> view_ref() const { return {data(), shape_, strides_}; }
+  /// The write count of the storage (shared with every view of it): in-place ops (fill_, copy_,
+  /// map_to, compound assignment, out= forms, optimizer steps) add one. Autograd records it for
+  /// the tensors a backward pass reads and refuses to run on ones written since. Writes through
+  /// data() or element references are not counted.
+  uint64_t version() const {
+    return storage_ ? storage_->version.load(std::memory_order_relaxed) : 0;
+  }
+  /// Counts one in-place write (the ops layer calls it for every tensor it writes in place).
+  void bump_version() const {
+    if (storage_) storage_->version.fetch_add(1, std::memory_order_relaxed);
+  }
 
   // ---- views (share storage) ----
 

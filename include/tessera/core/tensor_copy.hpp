@@ -92,7 +92,7 @@ T Tensor<T, B>::item() const {
 
 template <element_type T, backend_tag B>
 const Tensor<T, B>& Tensor<T, B>::fill_(T v) const {
-  detail::check_writable("fill_", *this);
+  detail::begin_write("fill_", *this);
   backend::map_kernel<B>::template run<T>(fn::constant<T>{v}, view_ref());
   return *this;
 }

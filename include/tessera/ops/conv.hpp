@@ -385,13 +385,14 @@ const Tensor<TO, B>& conv2d(const Tensor<TX, B>& x, const Tensor<TW, B>& w,
                             const Tensor<TBias, B>& bias, const Conv2dOptions& opts,
                             const Tensor<TO, B>& out) {
   x.check_defined("conv2d"), w.check_defined("conv2d");
-  detail::check_writable("conv2d", out);
+  out.check_defined("conv2d");
   detail::conv_check_forward_dtypes<TX, TW>("conv2d");
   const detail::conv_geometry g =
       detail::conv_plan("conv2d", x.shape(), w.shape(), detail::conv_params_of(opts));
   if (!(out.shape() == detail::conv_output_shape(g)))
     detail::fail<shape_error>("conv2d", "output has shape ", out.shape(), "; ", x.shape(), " * ",
                               w.shape(), " gives ", detail::conv_output_shape(g));
+  detail::begin_write("conv2d", out);
   detail::conv_forward_into("conv2d", x, w, bias, g, opts.relu, out);
   return out;
 }

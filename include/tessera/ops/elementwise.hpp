@@ -31,12 +31,13 @@ auto binary_op(std::string_view op, F f, const Tensor<A, B>& a, const Tensor<Bt,
 template <class Rq, class F, class A, class Bt, class O, class B>
 const Tensor<O, B>& binary_op_to(std::string_view op, F f, const Tensor<A, B>& a,
                                  const Tensor<Bt, B>& b, const Tensor<O, B>& out) {
-  check_writable(op, out);
+  out.check_defined(op);
   a.check_defined(op);
   b.check_defined(op);
   const Shape s = broadcast_shapes(a.shape(), b.shape(), op);
   if (!(s == out.shape()))
     fail<shape_error>(op, "result shape ", s, " does not match the output's shape ", out.shape());
+  begin_write(op, out);
   launch_map(in_compute_type<compute_t<promote_t<A, Bt>>, F, A, Bt>(f), out, a, b);
   return out;
 }
@@ -214,18 +215,19 @@ Tensor<T, B> operator-(const Tensor<T, B>& a) {
 #define TESSERA_COMPOUND(OP, FUNCTOR)                                                              \
   template <element_type T, element_type U, class B>                                               \
   const Tensor<T, B>& operator OP(const Tensor<T, B>& a, const Tensor<U, B>& b) {                  \
-    detail::check_writable(#OP, a);                                                                \
+    a.check_defined(#OP);                                                                          \
     b.check_defined(#OP);                                                                          \
     const Shape s = broadcast_shapes(a.shape(), b.shape(), #OP);                                   \
     if (!(s == a.shape()))                                                                         \
       detail::fail<shape_error>(#OP, "cannot broadcast ", b.shape(), " into ", a.shape());         \
+    detail::begin_write(#OP, a);                                                                   \
     using C = compute_t<promote_t<T, U>>;                                                          \
     detail::launch_map(detail::in_compute_type<C, FUNCTOR, T, U>(FUNCTOR{}), a, a, b);             \
     return a;                                                                                      \
   }                                                                                                \
   template <element_type T, detail::scalar S, class B>                                             \
   const Tensor<T, B>& operator OP(const Tensor<T, B>& a, S s) {                                    \
-    detail::check_writable(#OP, a);                                                                \
+    detail::begin_write(#OP, a);                                                                   \
     using C = compute_t<T>;                                                                        \
     using Bind = fn::bind_right<FUNCTOR, C>;                                                       \
     detail::launch_map(detail::in_compute_type<C, Bind, T>(Bind{FUNCTOR{}, static_cast<C>(s)}), a, \

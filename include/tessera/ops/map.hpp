@@ -16,7 +16,8 @@ strided<const T> broadcast_ref(const Tensor<T, B>& t, const Shape& s) {
   return {e.data(), e.shape(), e.strides()};
 }
 
-/// Output views must not write one element twice (stride 0 over an extent > 1).
+/// Output views must be defined and must not write one element twice (stride 0 over an
+/// extent > 1).
 template <class T, class B>
 void check_writable(std::string_view op, const Tensor<T, B>& out) {
   out.check_defined(op);
@@ -24,6 +25,13 @@ void check_writable(std::string_view op, const Tensor<T, B>& out) {
     if (out.strides()[d] == 0 && out.shape()[d] > 1)
       fail<shape_error>(op, "output of shape ", out.shape(), " has stride 0 at dim ", d,
                         " (an expanded view cannot be written)");
+}
+/// Called by every op that writes into a tensor it did not allocate (out= forms, in-place ops)
+/// once its other checks passed: check_writable, then the write is counted in out's version.
+template <class T, class B>
+void begin_write(std::string_view op, const Tensor<T, B>& out) {
+  check_writable(op, out);
+  out.bump_version();
 }
 
 /// An input that shares memory with the output but is not exactly the output (same first
@@ -104,12 +112,13 @@ auto map(F f, const Tensor<T0, B>& a, const Tensor<T, B>&... rest) {
 /// that partially overlaps out is read as if copied first. Returns out.
 template <element_type O, class B, class F, element_type... T>
 const Tensor<O, B>& map_to(const Tensor<O, B>& out, F f, const Tensor<T, B>&... in) {
-  detail::check_writable("map_to", out);
+  out.check_defined("map_to");
   (in.check_defined("map_to"), ...);
   const Shape s = detail::broadcast_all("map_to", out.shape(), in.shape()...);
   if (!(s == out.shape()))
     detail::fail<shape_error>("map_to", "inputs broadcast to ", s, ", not to the output's shape ",
                               out.shape());
+  detail::begin_write("map_to", out);
   detail::launch_map(f, out, in...);
   return out;
 }

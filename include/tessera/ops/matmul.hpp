@@ -135,7 +135,7 @@ void gemm_into(std::string_view op, double alpha, const Tensor<TA, B>& a0, const
         fail<shape_error>(op, "output has shape ", c.shape(), "; ", a0.shape(), " x ", b0.shape(),
                           " gives ", full);
       }
-      check_writable(op, c);
+      begin_write(op, c);
       // What the kernel writes: c itself when the backend stores TC, else an Acc buffer.
       using Out = std::conditional_t<gemm_stores_v<B, TC, Acc>, TC, Acc>;
       Tensor<Out, B> target;

@@ -193,7 +193,8 @@ template <class T, class B>
 struct optim_work {
   Tensor<T, B> user, work;
   optim_work() = default;
-  explicit optim_work(const Tensor<T, B>& t) : user(t), work(t.contiguous()) {}
+  /// Made once every check passed, for each written tensor: counts the write in its version.
+  explicit optim_work(const Tensor<T, B>& t) : user(t), work(t.contiguous()) { t.bump_version(); }
   T* data() const { return work.defined() ? work.data() : nullptr; }
   void write_back() const {
     if (work.defined() && work.data() != user.data()) user.copy_(work);

@@ -175,7 +175,7 @@ inline pool_plan plan_adaptive(std::string_view op, const Shape& in,
 template <class T, class B, class... In>
 Tensor<T, B> pool_target(std::string_view op, const Tensor<T, B>& out, const Shape& want,
                          const In&... in) {
-  check_writable(op, out);
+  begin_write(op, out);
   if (!(out.shape() == want))
     fail<shape_error>(op, "output has shape ", out.shape(), ", expected ", want);
   return kernel_target<T>(out, in...);
