@@ -210,7 +210,10 @@ bool conv_forward_winograd(const conv_forward_problem<TX, TW, Acc>& p) {
     const int64_t c = g.c, k = g.k, k_pad = (k + MR - 1) / MR * MR;
     // Tiles numbered over the whole batch, so that a block of small images is full.
     const int64_t th = (g.ho + 3) / 4, tw = (g.wo + 3) / 4, tiles = g.n * th * tw;
-    const auto [nt, kb] = winograd_cpu_blocking(c, k, tiles);
+    // Plain names, not a structured binding: the lambdas below capture them (Clang before 16
+    // cannot capture structured bindings).
+    const winograd_cpu_blocks sizes = winograd_cpu_blocking(c, k, tiles);
+    const int64_t nt = sizes.nt, kb = sizes.kb;
     const int threads = get_num_threads();
 
     // U[xi] as packed A panels: element (o, ci) at u + xi * k_pad * c + o / MR * MR * c + ci * MR
