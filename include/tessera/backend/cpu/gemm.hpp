@@ -234,10 +234,12 @@ void gemm_run_cpu_oriented(const gemm_problem<TA, TB, Acc>& pr) {
   }
   const int nt = static_cast<int>(
       std::clamp<int64_t>(work / gemm_parallel_grain, 1, std::min(threads, max_gemm_threads)));
+#if defined(_OPENMP)
   // Packing cost per element for the split (choose_gemm_split), as gemm_block will pack.
   const gemm_in_place direct = gemm_operands_in_place(pr);
   const int a_pack_cost = direct.a ? 0 : pr.a_rs == 1 ? 1 : 2;
   const int b_pack_cost = direct.b ? 0 : pr.b_cs == 1 ? 1 : 2;
+#endif
   for (int64_t t = 0; t < pr.batch; ++t) {
     const TA* a = a_at(t);
     const TB* b = b_at(t);
@@ -246,8 +248,8 @@ void gemm_run_cpu_oriented(const gemm_problem<TA, TB, Acc>& pr) {
       gemm_block(pr, a, b, c, 0, pr.m, 0, pr.n);
       continue;
     }
-    const gemm_split s = choose_gemm_split<Acc>(pr.m, pr.n, nt, a_pack_cost, b_pack_cost);
 #if defined(_OPENMP)
+    const gemm_split s = choose_gemm_split<Acc>(pr.m, pr.n, nt, a_pack_cost, b_pack_cost);
     // Each thread takes its own block first, then any block no thread has claimed yet: a
     // thread that starts late (its core busy elsewhere, a slow wake-up) finds its block done
     // instead of making the others wait for it at the join.

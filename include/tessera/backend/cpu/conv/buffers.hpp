@@ -37,10 +37,10 @@ gemm_buffer& thread_conv_buffer() {
 template <class Body>
 void conv_parallel_items(int64_t n, int64_t cost, int threads, Body&& body) {
   if (n <= 0) return;
+#if defined(_OPENMP)
   const int64_t work = gemm_work(n, std::max<int64_t>(cost, 1), 1);
   const int nt = static_cast<int>(std::clamp<int64_t>(
       std::min<int64_t>(n, work / gemm_parallel_grain), 1, std::max(threads, 1)));
-#if defined(_OPENMP)
   if (nt > 1) {
 #pragma omp parallel num_threads(nt)
     {
@@ -49,6 +49,8 @@ void conv_parallel_items(int64_t n, int64_t cost, int threads, Body&& body) {
     }
     return;
   }
+#else
+  (void)cost, (void)threads;  // one thread without OpenMP
 #endif
   for (int64_t i = 0; i < n; ++i) body(i, 0);
 }
