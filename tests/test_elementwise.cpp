@@ -368,6 +368,123 @@ TEST(Pow, FloatAndInteger) {
   EXPECT_FLOAT_EQ(f.to_vector()[1], std::sqrt(2.0f));
 }
 
+// Integer edge cases (issue 37): every result is defined, wraps modulo 2^N as NumPy and PyTorch
+// do, and nothing traps (INT32_MIN / -1 used to raise SIGFPE) or overflows a signed type (UB).
+template <class T>
+class IntegerEdges : public ::testing::Test {};
+using IntTypes = ::testing::Types<int8_t, uint8_t, int32_t, int64_t>;
+TYPED_TEST_SUITE(IntegerEdges, IntTypes);
+
+// a op b computed modulo 2^64 and narrowed (the two's-complement wrap), for the expectations.
+template <class T>
+T wrap_add(T a, T b) {
+  return static_cast<T>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+}
+template <class T>
+T wrap_sub(T a, T b) {
+  return static_cast<T>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
+}
+template <class T>
+T wrap_mul(T a, T b) {
+  return static_cast<T>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+}
+template <class T>
+T wrap_pow(T a, int e) {
+  T r = 1;
+  while (e-- > 0) r = wrap_mul(r, a);
+  return r;
+}
+
+TYPED_TEST(IntegerEdges, DivAndFmodAtMinusOneAndZero) {
+  using T = TypeParam;
+  constexpr T lo = std::numeric_limits<T>::min(), hi = std::numeric_limits<T>::max();
+  if constexpr (std::is_signed_v<T>) {
+    // MIN / -1 wraps to MIN; MIN % -1 is 0; / 0 and % 0 give 0.
+    auto a = ts::from_vector<T>({lo, lo, hi, 7, -7, lo, hi});
+    auto b = ts::from_vector<T>({-1, 0, -1, 0, 2, 1, -1});
+    EXPECT_EQ(ts::div(a, b).to_vector(), (std::vector<T>{lo, 0, T(-hi), 0, -3, lo, T(-hi)}));
+    EXPECT_EQ(ts::fmod(a, b).to_vector(), (std::vector<T>{0, 0, 0, 0, -1, 0, 0}));
+    // The scalar forms and compound assignment run the same functors.
+    auto m = ts::from_vector<T>({lo, hi, -1});
+    EXPECT_EQ(ts::div(m, -1).to_vector(), (std::vector<T>{lo, T(-hi), 1}));
+    EXPECT_EQ(ts::fmod(m, -1).to_vector(), (std::vector<T>{0, 0, 0}));
+    EXPECT_EQ(ts::div(lo, ts::from_vector<T>({-1})).to_vector(), (std::vector<T>{lo}));
+    auto c = m.clone();
+    c /= -1;
+    EXPECT_EQ(c.to_vector(), (std::vector<T>{lo, T(-hi), 1}));
+  } else {
+    auto a = ts::from_vector<T>({hi, hi, 7, 0, 200});
+    auto b = ts::from_vector<T>({hi, 0, 2, 0, 7});
+    EXPECT_EQ(ts::div(a, b).to_vector(), (std::vector<T>{1, 0, 3, 0, 28}));
+    EXPECT_EQ(ts::fmod(a, b).to_vector(), (std::vector<T>{0, 0, 1, 0, 4}));
+  }
+}
+
+TYPED_TEST(IntegerEdges, NegAbsSignAtMinimum) {
+  using T = TypeParam;
+  constexpr T lo = std::numeric_limits<T>::min(), hi = std::numeric_limits<T>::max();
+  if constexpr (std::is_signed_v<T>) {
+    // -MIN and |MIN| wrap to MIN (NumPy, PyTorch).
+    auto a = ts::from_vector<T>({lo, hi, 0, -1, 5});
+    EXPECT_EQ(ts::neg(a).to_vector(), (std::vector<T>{lo, T(-hi), 0, 1, -5}));
+    EXPECT_EQ((-a).to_vector(), (std::vector<T>{lo, T(-hi), 0, 1, -5}));
+    EXPECT_EQ(ts::abs(a).to_vector(), (std::vector<T>{lo, hi, 0, 1, 5}));
+    EXPECT_EQ(ts::sign(a).to_vector(), (std::vector<T>{-1, 1, 0, -1, 1}));
+    EXPECT_EQ(ts::relu(a).to_vector(), (std::vector<T>{0, hi, 0, 0, 5}));
+  } else {
+    // Unsigned negation is modulo 2^N; abs is the identity.
+    auto a = ts::from_vector<T>({0, 1, hi});
+    EXPECT_EQ(ts::neg(a).to_vector(), (std::vector<T>{0, hi, 1}));
+    EXPECT_EQ(ts::abs(a).to_vector(), (std::vector<T>{0, 1, hi}));
+    EXPECT_EQ(ts::sign(a).to_vector(), (std::vector<T>{0, 1, 1}));
+  }
+}
+
+TYPED_TEST(IntegerEdges, AddSubMulPowWrap) {
+  using T = TypeParam;
+  constexpr T lo = std::numeric_limits<T>::min(), hi = std::numeric_limits<T>::max();
+  const T m1 = static_cast<T>(-1);  // -1, or the unsigned maximum
+  const std::vector<T> va = {hi, lo, hi, lo, m1, 3}, vb = {1, 1, 2, m1, m1, 3};
+  auto a = ts::from_vector<T>(va), b = ts::from_vector<T>(vb);
+  std::vector<T> sum, diff, prod;
+  for (size_t i = 0; i < va.size(); ++i) {
+    sum.push_back(wrap_add(va[i], vb[i]));
+    diff.push_back(wrap_sub(va[i], vb[i]));
+    prod.push_back(wrap_mul(va[i], vb[i]));
+  }
+  EXPECT_EQ((a + b).to_vector(), sum);
+  EXPECT_EQ((a - b).to_vector(), diff);
+  EXPECT_EQ((a * b).to_vector(), prod);
+  EXPECT_EQ((a + T(1)).to_vector()[0], lo);  // MAX + 1 wraps to MIN
+  EXPECT_EQ((a - T(1)).to_vector()[1], hi);  // MIN - 1 wraps to MAX
+  auto c = a.clone();
+  c *= b;
+  EXPECT_EQ(c.to_vector(), prod);
+  // Integer powers wrap the same way as repeated multiplication.
+  auto base = ts::from_vector<T>({hi, lo, 3, 3, m1, 2});
+  auto e = ts::from_vector<T>({2, 3, 41, 5, 3, 0});
+  EXPECT_EQ(ts::pow(base, e).to_vector(),
+            (std::vector<T>{wrap_pow(hi, 2), wrap_pow(lo, 3), wrap_pow(T(3), 41), wrap_pow(T(3), 5),
+                            wrap_pow(m1, 3), 1}));
+  EXPECT_EQ(ts::pow(base, 2).to_vector()[0], wrap_pow(hi, 2));
+}
+
+TYPED_TEST(IntegerEdges, FloorCeilRoundAreExact) {
+  // Integer inputs are already integral: no trip through double, which rounded INT64_MAX up to
+  // 2^63 and then converted that out of range (INT64_MIN on x86).
+  using T = TypeParam;
+  constexpr T lo = std::numeric_limits<T>::min(), hi = std::numeric_limits<T>::max();
+  const std::vector<T> v = {lo, hi, static_cast<T>(hi - 1), 0, static_cast<T>(lo + 1)};
+  auto a = ts::from_vector<T>(v);
+  EXPECT_EQ(ts::floor(a).to_vector(), v);
+  EXPECT_EQ(ts::ceil(a).to_vector(), v);
+  EXPECT_EQ(ts::round(a).to_vector(), v);
+  if constexpr (sizeof(T) == 8) {
+    const T odd = (T(1) << 53) + 1;  // not a double
+    EXPECT_EQ(ts::round(ts::from_vector<T>({odd})).item(), odd);
+  }
+}
+
 TEST(Promotion, Table) {
   static_assert(std::is_same_v<ts::promote_t<ts::half, float>, float>);
   static_assert(std::is_same_v<ts::promote_t<int8_t, float>, float>);

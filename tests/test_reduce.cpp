@@ -297,6 +297,20 @@ TEST(ReduceSpecial, NanInfAndEmpty) {
   EXPECT_EQ(bs.item(), 2);
 }
 
+// Integer sums and products accumulate in int64 and wrap there, as NumPy's do (they were
+// signed overflow, undefined behaviour, which the sanitizer build reports).
+TEST(ReduceSpecial, IntegerSumAndProdWrapInInt64) {
+  constexpr int64_t max = std::numeric_limits<int64_t>::max(),
+                    min = std::numeric_limits<int64_t>::min();
+  const auto x = ts::from_vector<int64_t>({max, 1, min, -1}, {2, 2});
+  EXPECT_EQ(ts::sum(x, {1}).to_vector(), (std::vector<int64_t>{min, max}));
+  EXPECT_EQ(ts::prod(ts::from_vector<int64_t>({max, 2})).item(), -2);
+  EXPECT_EQ(ts::prod(ts::from_vector<int64_t>({min, -1})).item(), min);
+  // int32 inputs accumulate in int64: no wrap at 2^31.
+  const auto y = ts::from_vector<int32_t>({std::numeric_limits<int32_t>::max(), 1});
+  EXPECT_EQ(ts::sum(y).item(), int64_t{1} << 31);
+}
+
 TEST(ReduceSpecial, NanInsideVectorChunks) {
   // Long enough for the SIMD chunk path; the NaN sits in a chunk body, a chunk tail and a
   // block boundary in turn.

@@ -34,6 +34,46 @@ inline constexpr T max_v = std::numeric_limits<T>::max();
 template <class T>
 inline constexpr T infinity_v = std::numeric_limits<T>::infinity();
 
+// Integer arithmetic wraps modulo 2^N (two's complement), as in NumPy and PyTorch. Signed
+// overflow is undefined in C++, so + - * and negation of integers run in an unsigned type and
+// convert back (modulo 2^N since C++20); wrap_t is at least unsigned int, because narrower
+// unsigned types promote to int and could overflow there (uint16 * uint16).
+template <class T>
+concept wrapping_int = std::is_integral_v<T> && !std::is_same_v<T, bool>;
+template <wrapping_int T>
+using wrap_t = std::common_type_t<std::make_unsigned_t<T>, unsigned>;
+
+/// a + b, a - b, a * b, -a: wrapping for integers, the type's own operators otherwise (floats,
+/// bool, CPU SIMD packs).
+template <class T>
+TESSERA_HOST_DEVICE T add_wrap(T a, T b) {
+  if constexpr (wrapping_int<T>)
+    return static_cast<T>(static_cast<wrap_t<T>>(a) + static_cast<wrap_t<T>>(b));
+  else
+    return a + b;
+}
+template <class T>
+TESSERA_HOST_DEVICE T sub_wrap(T a, T b) {
+  if constexpr (wrapping_int<T>)
+    return static_cast<T>(static_cast<wrap_t<T>>(a) - static_cast<wrap_t<T>>(b));
+  else
+    return a - b;
+}
+template <class T>
+TESSERA_HOST_DEVICE T mul_wrap(T a, T b) {
+  if constexpr (wrapping_int<T>)
+    return static_cast<T>(static_cast<wrap_t<T>>(a) * static_cast<wrap_t<T>>(b));
+  else
+    return a * b;
+}
+template <class T>
+TESSERA_HOST_DEVICE T neg_wrap(T x) {
+  if constexpr (wrapping_int<T>)
+    return static_cast<T>(wrap_t<T>(0) - static_cast<wrap_t<T>>(x));
+  else
+    return static_cast<T>(-x);
+}
+
 // Unary functors on a scalar type T (after the ops layer converted to the compute type) and,
 // where `simd` is set, on packs V for which the named vector function exists.
 #define TESSERA_UNARY_FN(NAME, COST, SCALAR_EXPR, VEC_EXPR)                            \
@@ -50,15 +90,18 @@ inline constexpr T infinity_v = std::numeric_limits<T>::infinity();
     V operator()(V x) const { return VEC_EXPR; }                                       \
   };
 
-TESSERA_UNARY_FN(neg, 1, static_cast<T>(-x), -x)
-TESSERA_UNARY_FN(abs_, 1, static_cast<T>(x < T(0) ? T(-x) : x), abs(x))
+// Integer neg and abs wrap: -MIN and |MIN| are MIN (NumPy, PyTorch).
+TESSERA_UNARY_FN(neg, 1, neg_wrap(x), -x)
+TESSERA_UNARY_FN(abs_, 1, static_cast<T>(x < T(0) ? neg_wrap(x) : x), abs(x))
 TESSERA_UNARY_FN(sqrt_, 2, static_cast<T>(sqrt(x)), sqrt(x))
 TESSERA_UNARY_FN(exp_, 8, static_cast<T>(exp(x)), exp(x))
 TESSERA_UNARY_FN(log_, 8, static_cast<T>(log(x)), log(x))
 TESSERA_UNARY_FN(tanh_, 10, static_cast<T>(tanh(x)), tanh(x))
-TESSERA_UNARY_FN(floor_, 1, static_cast<T>(floor(x)), floor(x))
-TESSERA_UNARY_FN(ceil_, 1, static_cast<T>(ceil(x)), ceil(x))
-TESSERA_UNARY_FN(round_, 1, static_cast<T>(std::nearbyint(x)), round(x))
+// Integers are already integral: a trip through double would round int64 values above 2^53 and
+// turn INT64_MAX into 2^63, out of range for the conversion back.
+TESSERA_UNARY_FN(floor_, 1, std::is_integral_v<T> ? x : static_cast<T>(floor(x)), floor(x))
+TESSERA_UNARY_FN(ceil_, 1, std::is_integral_v<T> ? x : static_cast<T>(ceil(x)), ceil(x))
+TESSERA_UNARY_FN(round_, 1, std::is_integral_v<T> ? x : static_cast<T>(std::nearbyint(x)), round(x))
 TESSERA_UNARY_FN(relu, 1, static_cast<T>(x > T(0) ? x : (x != x ? x : T(0))), vec_relu(x))
 TESSERA_UNARY_FN(sigmoid, 10, static_cast<T>(T(1) / (T(1) + exp(-x))), vec_sigmoid(x))
 TESSERA_UNARY_FN(rsqrt, 3, static_cast<T>(T(1) / sqrt(x)), 1 / sqrt(x))
@@ -93,9 +136,9 @@ TESSERA_SCALAR_FN(gelu, 12, static_cast<T>(x* T(0.5) * (T(1) + erf(x * T(0.70710
       return EXPR;                                     \
     }                                                  \
   };
-TESSERA_BINARY_FN(add, true, a + b)
-TESSERA_BINARY_FN(sub, true, a - b)
-TESSERA_BINARY_FN(mul, true, a* b)
+TESSERA_BINARY_FN(add, true, add_wrap(a, b))
+TESSERA_BINARY_FN(sub, true, sub_wrap(a, b))
+TESSERA_BINARY_FN(mul, true, mul_wrap(a, b))
 #undef TESSERA_BINARY_FN
 
 /// max/min that propagate NaN (torch.maximum / torch.minimum).
@@ -127,42 +170,55 @@ struct minimum {
   requires(!arith<V>) && requires(V v) { min(v, v); }
   V operator()(V a, V b) const { return min(a, b); }
 };
-/// a^b (std::pow; integer powers by repeated squaring, negative exponents give 0 unless |a|=1).
+/// a^b (std::pow; integer powers by repeated squaring, wrapping modulo 2^N like repeated
+/// multiplication; negative exponents give 0 unless |a|=1).
 struct pow_ {
   static constexpr int cost = 20;
   template <arith T>
   TESSERA_HOST_DEVICE T operator()(T a, T b) const {
     if constexpr (std::is_floating_point_v<T>) {
       return static_cast<T>(std::pow(a, b));
+    } else if constexpr (std::is_same_v<T, bool>) {
+      return a || !b;
     } else {
-      if (b < 0) return static_cast<T>(a == 1 ? 1 : (a == T(-1) ? ((b & 1) ? -1 : 1) : 0));
-      T r = 1;
-      for (; b; b >>= 1, a *= a)
-        if (b & 1) r *= a;
-      return r;
+      if constexpr (std::is_signed_v<T>)
+        if (b < 0) return static_cast<T>(a == 1 ? 1 : (a == T(-1) ? ((b & 1) ? -1 : 1) : 0));
+      wrap_t<T> r = 1, p = static_cast<wrap_t<T>>(a);
+      for (; b; b >>= 1, p *= p)
+        if (b & 1) r *= p;
+      return static_cast<T>(r);
     }
   }
 };
+// Integer division and remainder never trap: b = 0 gives 0 for both, and for signed types
+// b = -1 gives -a (MIN / -1 wraps to MIN, as NumPy and PyTorch) and remainder 0, where the
+// hardware raises SIGFPE for MIN / -1 and MIN % -1 (undefined in C++).
 /// C fmod semantics (result has the sign of a), as torch.fmod; integer b = 0 gives 0 instead of
 /// trapping (documented).
 struct fmod_ {
   template <arith T>
   TESSERA_HOST_DEVICE T operator()(T a, T b) const {
-    if constexpr (std::is_floating_point_v<T>)
+    if constexpr (std::is_floating_point_v<T>) {
       return static_cast<T>(std::fmod(a, b));
-    else
+    } else {
+      if constexpr (std::is_signed_v<T>)
+        if (b == T(-1)) return T(0);
       return b == 0 ? T(0) : static_cast<T>(a % b);
+    }
   }
 };
-/// Integer division by zero yields 0 rather than trapping (documented in the op).
+/// Integer division truncates; by zero it yields 0 rather than trapping (documented in the op).
 struct safe_div {
   static constexpr bool simd = true;
   template <arith T>
   TESSERA_HOST_DEVICE T operator()(T a, T b) const {
-    if constexpr (std::is_floating_point_v<T>)
+    if constexpr (std::is_floating_point_v<T>) {
       return a / b;
-    else
+    } else {
+      if constexpr (std::is_signed_v<T>)
+        if (b == T(-1)) return neg_wrap(a);
       return b == 0 ? T(0) : static_cast<T>(a / b);
+    }
   }
   template <class V>
   requires(!arith<V>) V operator()(V a, V b) const { return a / b; }
@@ -284,7 +340,10 @@ struct axpy {
   static constexpr bool simd = true;
   template <class V>
   TESSERA_HOST_DEVICE V operator()(V x, V y) const {
-    return a * x + y;
+    if constexpr (wrapping_int<V>)
+      return add_wrap(mul_wrap(static_cast<V>(a), x), y);
+    else
+      return a * x + y;
   }
 };
 

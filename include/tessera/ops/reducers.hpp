@@ -21,15 +21,16 @@ struct sum {
   double scale = 1.0;  // 1/count for mean
   TESSERA_HOST_DEVICE Acc identity() const { return Acc(0); }
   TESSERA_HOST_DEVICE Acc step(Acc a, In x, int64_t) const {
+    // Integer sums wrap modulo 2^64 (fn::add_wrap), as NumPy's: no signed overflow.
     const Acc v = static_cast<Acc>(static_cast<compute_t<In>>(x));
     if constexpr (Pre == 1)
-      return a + (v < Acc(0) ? -v : v);  // L1
+      return fn::add_wrap(a, v < Acc(0) ? fn::neg_wrap(v) : v);  // L1
     else if constexpr (Pre == 2)
-      return a + v * v;  // squared L2
+      return fn::add_wrap(a, fn::mul_wrap(v, v));  // squared L2
     else
-      return a + v;
+      return fn::add_wrap(a, v);
   }
-  TESSERA_HOST_DEVICE Acc combine(Acc a, Acc b) const { return a + b; }
+  TESSERA_HOST_DEVICE Acc combine(Acc a, Acc b) const { return fn::add_wrap(a, b); }
   /// The same step on CPU SIMD packs, when input and accumulator are one floating type.
   static constexpr bool simd = std::is_same_v<In, Acc> && std::is_floating_point_v<Acc>;
   template <class V>
@@ -60,9 +61,9 @@ struct prod {
   using acc_type = Acc;
   TESSERA_HOST_DEVICE Acc identity() const { return Acc(1); }
   TESSERA_HOST_DEVICE Acc step(Acc a, In x, int64_t) const {
-    return a * static_cast<Acc>(static_cast<compute_t<In>>(x));
+    return fn::mul_wrap(a, static_cast<Acc>(static_cast<compute_t<In>>(x)));
   }
-  TESSERA_HOST_DEVICE Acc combine(Acc a, Acc b) const { return a * b; }
+  TESSERA_HOST_DEVICE Acc combine(Acc a, Acc b) const { return fn::mul_wrap(a, b); }
   TESSERA_HOST_DEVICE Out finish(Acc a) const { return static_cast<Out>(a); }
 };
 
