@@ -226,6 +226,88 @@ TEST(Tensor, ZeroSizeEverywhere) {
   EXPECT_EQ(ts::zeros<float>({0}).slice(0, 0, 0).numel(), 0);
 }
 
+TEST(Shape, ZeroExtentDoesNotHideOverflow) {
+  // The extents other than 0 must have a product that fits, whatever their order (as NumPy):
+  // otherwise contiguous_strides would overflow, and {2^62, 2^62, 0} already threw.
+  const int64_t big = int64_t{1} << 62;
+  EXPECT_THROW((ts::Shape{big, big, 0}), ts::shape_error);
+  EXPECT_THROW((ts::Shape{0, big, big}), ts::shape_error);
+  EXPECT_THROW(ts::zeros<float>({0, big, 4}), ts::shape_error);
+  EXPECT_EQ((ts::Shape{0, big, 1}.numel()), 0);
+  EXPECT_EQ(ts::contiguous_strides({0, big, 1}), (ts::Strides{big, 1, 1}));
+}
+
+TEST(Tensor, SliceWithHugeStep) {
+  // (stop - start + step - 1) / step overflowed for steps near INT64_MAX and gave an empty view;
+  // NumPy and Python give the first element.
+  constexpr int64_t huge = std::numeric_limits<int64_t>::max();
+  auto a = ts::arange<int64_t>(4);
+  auto s = a.slice(0, 0, 4, huge);
+  EXPECT_EQ(s.shape(), (ts::Shape{1}));
+  EXPECT_EQ(s.to_vector(), (std::vector<int64_t>{0}));
+  EXPECT_EQ(a.slice(0, 1, 4, huge - 1).to_vector(), (std::vector<int64_t>{1}));
+  EXPECT_EQ(a.slice(0, -1, huge, huge).to_vector(), (std::vector<int64_t>{3}));
+  EXPECT_EQ(a.slice(0, 0, 4, 3).to_vector(), (std::vector<int64_t>{0, 3}));
+  EXPECT_EQ(a.slice(0, 1, 4, 3).to_vector(), (std::vector<int64_t>{1}));
+  EXPECT_EQ(a.slice(0, 4, huge, huge).numel(), 0);
+  // stride * step overflows here, but one element needs no stride: a one-element slice keeps
+  // the dim's stride (a huge one would overflow in kernels that step over it; fuzz_ops found a
+  // matmul on such a view doing so).
+  auto m = ts::arange<int64_t>(12).reshape({3, 4});
+  EXPECT_EQ(m.slice(0, 0, 3, huge).to_vector(), (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(m.slice(1, 1, 4, huge).to_vector(), (std::vector<int64_t>{1, 5, 9}));
+  EXPECT_EQ(m.slice(1, 1, 4, huge - 1).strides(), (ts::Strides{4, 1}));
+  EXPECT_EQ(a.slice(0, 0, 4, huge - 1).strides(), (ts::Strides{1}));
+  const auto mf = ts::arange<float>(12).reshape({3, 4});
+  const auto col = mf.slice(1, 2, 4, huge - 1);  // [3, 1]
+  EXPECT_EQ(ts::matmul(col, ts::ones<float>(ts::Shape{1, 2})).to_vector(),
+            (std::vector<float>{2, 2, 6, 6, 10, 10}));
+}
+
+TEST(Tensor, ViewGeometryOverflowIsAnError) {
+  // Views with int64-overflowing strides or offsets (only reachable through the internal
+  // constructor; never read here) raise shape_error naming the op instead of wrapping (UB).
+  const int64_t big = int64_t{1} << 62;
+  auto base = ts::zeros<float>({4});
+  const ts::Tensor<float> f(base.storage(), ts::Shape{3}, ts::Strides{big}, 0);
+  const ts::Tensor<float> g(base.storage(), ts::Shape{2}, ts::Strides{big}, big);
+  auto expect_error = [](auto make, const char* op) {
+    try {
+      (void)make();
+      ADD_FAILURE() << op << ": no throw";
+    } catch (const ts::shape_error& e) {
+      EXPECT_NE(std::string(e.what()).find(op), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("overflows"), std::string::npos) << e.what();
+    }
+  };
+  expect_error([&] { return f.slice(0, 0, 3, 2); }, "slice");  // stride 2^63
+  expect_error([&] { return g.slice(0, 1, 2); }, "slice");     // offset 2^63
+  expect_error([&] { return g.select(0, 1); }, "select");      // offset 2^63
+  // unsqueeze's new dim has extent 1: where stride * extent does not fit it takes the stride.
+  EXPECT_EQ(f.unsqueeze(0).strides(), (ts::Strides{big, big}));
+  EXPECT_EQ(f.unsqueeze(1).strides(), (ts::Strides{big, 1}));
+  EXPECT_EQ(g.select(0, 0).offset(), big);
+  // A view's extent-1 dims take any stride: one that would overflow is not needed.
+  const ts::Tensor<float> h(base.storage(), ts::Shape{2}, ts::Strides{big}, 0);
+  EXPECT_EQ(h.view({1, 2}).strides()[1], big);
+  EXPECT_EQ(h.view({2, 1}).strides()[0], big);
+}
+
+TEST(Tensor, EmptyViewsKeepTheirOffset) {
+  // An empty tensor may have huge extents; a view of it must not point past its (empty)
+  // allocation, which data() would compute (undefined behaviour; fuzz_ops found it).
+  const int64_t big = int64_t{1} << 62;
+  const auto e = ts::zeros<float>({big, 0});
+  EXPECT_EQ(e.select(0, big - 1).offset(), 0);
+  EXPECT_EQ(e.select(0, big - 1).shape(), (ts::Shape{0}));
+  EXPECT_EQ(e.slice(0, big / 2, big).offset(), 0);
+  EXPECT_EQ(e.slice(0, big / 2, big).shape(), (ts::Shape{big / 2, 0}));
+  EXPECT_EQ(e.slice(0, big / 2, big).data(), e.data());
+  // A result shape whose element count overflows is refused when it is allocated.
+  const auto a = ts::zeros<float>({big, 0}), b = ts::zeros<float>({0, 3});
+  EXPECT_THROW((void)ts::matmul(a, b), ts::shape_error);
+}
+
 TEST(Tensor, AllocationOverflowIsAnError) {
   // 2^62 elements fit int64 but not bytes of a double.
   EXPECT_THROW(ts::empty<double>({int64_t{1} << 62}), ts::shape_error);

@@ -75,9 +75,10 @@ class dim_list {
 
 }  // namespace detail
 
-/// The extents of a tensor: rank 0..8, every extent >= 0, element count fits in int64.
-/// Constructing one with a negative extent, too many dims, or an overflowing product throws
-/// shape_error.
+/// The extents of a tensor: rank 0..8, every extent >= 0, and the product of the nonzero
+/// extents fits in int64 (as NumPy requires; so contiguous strides fit even when a 0 extent
+/// makes the element count 0). Constructing one with a negative extent, too many dims, or an
+/// overflowing product throws shape_error.
 class Shape : public detail::dim_list {
  public:
   Shape() = default;
@@ -101,7 +102,7 @@ class Shape : public detail::dim_list {
       if (d < 0)
         detail::fail<shape_error>("Shape", "extent ", d, " at dim ", i, " of ", to_string(),
                                   " is negative");
-      if (__builtin_mul_overflow(n, d, &n))
+      if (d != 0 && __builtin_mul_overflow(n, d, &n))
         detail::fail<shape_error>("Shape", "element count of ", to_string(), " overflows int64");
     }
   }
@@ -118,19 +119,27 @@ class Strides : public detail::dim_list {
   }
 };
 
-/// Row-major (C-order) strides of a shape.
+/// Row-major (C-order) strides of a shape (extent 0 counts as 1). A validated Shape cannot
+/// overflow them; one edited in place without validate() throws shape_error if it does.
 inline Strides contiguous_strides(const Shape& s) {
   Strides st;
   st.resize(s.rank());
   int64_t acc = 1;
   for (int i = s.rank() - 1; i >= 0; --i) {
     st[i] = acc;
-    acc *= std::max<int64_t>(s[i], 1);
+    if (__builtin_mul_overflow(acc, std::max<int64_t>(s[i], 1), &acc))
+      detail::fail<shape_error>("contiguous_strides", "strides of ", s.to_string(),
+                                " overflow int64");
   }
   return st;
 }
 
 namespace detail {
+/// out = a * b + c; true (out unspecified) where that overflows int64. View offsets use it.
+inline bool mul_add_overflow(int64_t a, int64_t b, int64_t c, int64_t& out) {
+  int64_t p;
+  return __builtin_mul_overflow(a, b, &p) || __builtin_add_overflow(p, c, &out);
+}
 /// Wraps a possibly negative axis into [0, rank), or throws index_error naming the op.
 inline int wrap_axis(std::string_view op, int64_t axis, int rank) {
   const int r = std::max(rank, 1);  // a scalar accepts axis 0 / -1, as in NumPy's keepdims logic

@@ -36,9 +36,11 @@ class Tensor {
          int64_t offset)
       : storage_(std::move(storage)), shape_(shape), strides_(strides), offset_(offset) {}
 
-  /// A new, uninitialised contiguous tensor.
+  /// A new, uninitialised contiguous tensor. Throws shape_error when the element count
+  /// overflows int64: ops build result shapes with push_back, which does not check, so the
+  /// shape is validated here before anything multiplies its extents.
   explicit Tensor(const Shape& shape)
-      : storage_(detail::allocate_storage<B>(shape.numel(), sizeof(T))),
+      : storage_(detail::allocate_storage<B>(validated(shape).numel(), sizeof(T))),
         shape_(shape),
         strides_(contiguous_strides(shape)) {}
 
@@ -158,12 +160,25 @@ class Tensor {
     const int64_t n = shape_[d];
     auto clampi = [n](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + n : i, 0, n); };
     int64_t b = clampi(start), e = clampi(stop);
-    int64_t len = e > b ? (e - b + step - 1) / step : 0;
+    // ceil((e - b) / step) without forming e - b + step - 1, which overflows for huge steps.
+    int64_t len = e > b ? (e - b - 1) / step + 1 : 0;
     Shape s = shape_;
     Strides st = strides_;
     s[d] = len;
-    st[d] = strides_[d] * step;
-    return Tensor(storage_, s, st, offset_ + (len ? b * strides_[d] : 0));
+    // One element (or none) needs no stride: keep the old one rather than stride * step, which
+    // for a huge step would put a huge stride on the view for kernels to multiply again.
+    if (len <= 1)
+      st[d] = strides_[d];
+    else if (__builtin_mul_overflow(strides_[d], step, &st[d]))
+      detail::fail<shape_error>("slice", "stride ", strides_[d], " * step ", step,
+                                " overflows int64");
+    // An empty view keeps the offset: it is never read, and for an empty tensor b may lie far
+    // past the allocation (shape [2^62, 0] has nothing to point at).
+    int64_t off = offset_;
+    if (s.numel() && detail::mul_add_overflow(b, strides_[d], offset_, off))
+      detail::fail<shape_error>("slice", "offset ", offset_, " + ", b, " * stride ", strides_[d],
+                                " overflows int64");
+    return Tensor(storage_, s, st, off);
   }
   /// The sub-tensor at `index` along dim, with that dim removed.
   Tensor select(int64_t dim, int64_t index) const {
@@ -174,11 +189,15 @@ class Tensor {
       detail::fail<index_error>("select", "index ", index, " out of range for dim ", d, " of size ",
                                 shape_[d]);
     if (index < 0) index += shape_[d];
+    int64_t off = offset_;  // an empty result keeps it (see slice)
+    if (numel() && detail::mul_add_overflow(index, strides_[d], offset_, off))
+      detail::fail<shape_error>("select", "offset ", offset_, " + ", index, " * stride ",
+                                strides_[d], " overflows int64");
     Shape s = shape_;
     Strides st = strides_;
     s.erase(d);
     st.erase(d);
-    return Tensor(storage_, s, st, offset_ + index * strides_[d]);
+    return Tensor(storage_, s, st, off);
   }
   /// Removes every dimension of extent 1.
   Tensor squeeze() const {
@@ -203,10 +222,15 @@ class Tensor {
   Tensor unsqueeze(int64_t dim) const {
     int d = detail::wrap_axis("unsqueeze", dim, rank() + 1);
     if (rank() == max_rank) detail::fail<shape_error>("unsqueeze", "rank would exceed ", max_rank);
+    // The new dim has extent 1, so its stride never matters: stride * extent of the dim after
+    // it (what a contiguous tensor would have), or that dim's stride where the product does
+    // not fit.
+    int64_t stride = 1;
+    if (d < rank() && __builtin_mul_overflow(strides_[d], shape_[d], &stride)) stride = strides_[d];
     Shape s = shape_;
     Strides st = strides_;
     s.insert(d, 1);
-    st.insert(d, d < rank() ? strides_[d] * shape_[d] : 1);
+    st.insert(d, stride);
     return Tensor(storage_, s, st, offset_);
   }
   /// Broadcasts to `target` (NumPy rules; -1 keeps an extent) without copying: repeated
@@ -274,6 +298,10 @@ class Tensor {
   }
 
  private:
+  static const Shape& validated(const Shape& s) {
+    s.validate();
+    return s;
+  }
   Shape infer_shape(std::string_view op, std::span<const int64_t> dims) const {
     check_defined(op);
     int infer = -1;
@@ -314,11 +342,19 @@ class Tensor {
     int64_t chunk_base_stride = strides_[rank() - 1], tensor_numel = 1, view_numel = 1;
     for (int d = rank() - 1; d >= 0; --d) {
       tensor_numel *= shape_[d];
+      // Products that overflow int64 cannot equal a stride: the chunk ends there.
+      int64_t next = 0;
       const bool chunk_ends =
-          d == 0 || (shape_[d - 1] != 1 && strides_[d - 1] != tensor_numel * chunk_base_stride);
+          d == 0 ||
+          (shape_[d - 1] != 1 && (__builtin_mul_overflow(tensor_numel, chunk_base_stride, &next) ||
+                                  strides_[d - 1] != next));
       if (!chunk_ends) continue;
       while (view_d >= 0 && (view_numel < tensor_numel || s[view_d] == 1)) {
-        out[view_d] = view_numel * chunk_base_stride;
+        if (__builtin_mul_overflow(view_numel, chunk_base_stride, &out[view_d])) {
+          // An extent-1 dim takes any stride; a longer one's is not representable: no view.
+          if (s[view_d] != 1) return std::nullopt;
+          out[view_d] = chunk_base_stride;
+        }
         view_numel *= s[view_d];
         --view_d;
       }
