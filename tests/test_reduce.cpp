@@ -331,6 +331,41 @@ TEST(ReduceSpecial, NanInsideVectorChunks) {
   }
 }
 
+// softmax and log_softmax of rows holding +inf, only -inf, or NaN are NaN throughout, as in
+// PyTorch (the maximum is inf, so x - max is NaN for it and -inf for the rest: the sum is NaN).
+// softmax([inf, 0]) used to give [nan, 0], and log_softmax [nan, -inf].
+template <class T>
+void check_softmax_special_rows() {
+  const float inf = INFINITY, nan = NAN;
+  const std::vector<float> rows = {inf, 0,   -inf, -inf, inf,  -inf, inf,
+                                   inf, nan, 0,    0,    -inf, 100,  99};
+  std::vector<T> v;
+  for (float r : rows) v.push_back(static_cast<T>(r));
+  const auto x = ts::from_vector<T>(v, {7, 2});
+  const double e1 = 1 / (1 + std::exp(-1.0));  // softmax([100, 99])[0]
+  for (bool transposed : {false, true}) {
+    // The same rows along dim 0 of a transposed copy: a strided reduction.
+    const auto xt = transposed ? x.transpose(0, 1).contiguous().transpose(0, 1) : x;
+    const auto p = tt::to_doubles(ts::softmax(xt, 1)), lp = tt::to_doubles(ts::log_softmax(xt, 1));
+    for (int i = 0; i < 10; ++i) {  // the first five rows: NaN throughout
+      EXPECT_TRUE(std::isnan(p[i])) << "softmax element " << i << " = " << p[i];
+      EXPECT_TRUE(std::isnan(lp[i])) << "log_softmax element " << i << " = " << lp[i];
+    }
+    EXPECT_EQ(p[10], 1);  // [0, -inf]
+    EXPECT_EQ(p[11], 0);
+    EXPECT_EQ(lp[10], 0);
+    EXPECT_EQ(lp[11], -INFINITY);
+    EXPECT_NEAR(p[12], e1, 1e-2);  // finite rows still shift by the maximum
+    EXPECT_NEAR(lp[13], std::log(1 - e1), 1e-2);
+  }
+}
+TEST(Softmax, RowsWithInfOrNanAreNanAsInPyTorch) {
+  check_softmax_special_rows<float>();
+  check_softmax_special_rows<double>();
+  check_softmax_special_rows<ts::half>();
+  check_softmax_special_rows<ts::bfloat16>();
+}
+
 TEST(ReduceErrors, BadAxes) {
   auto x = ts::zeros<float>({2, 3});
   try {

@@ -35,7 +35,8 @@ struct log_softmax_finish {
 
 /// exp(x) / sum(exp(x)) along `dim`, computed as exp(x - m) / sum(exp(x - m)) with m the
 /// maximum, so that large inputs do not overflow. Same shape as x (empty in, empty out);
-/// floating T. Throws index_error for a bad dim.
+/// floating T. A slice holding +inf or NaN, or only -inf, is NaN throughout (as PyTorch).
+/// Throws index_error for a bad dim.
 template <element_type T, class B>
 Tensor<T, B> softmax(const Tensor<T, B>& x, int64_t dim = -1) {
   static_assert(is_floating_v<T>, "tessera::softmax: floating element types only");
@@ -45,8 +46,10 @@ Tensor<T, B> softmax(const Tensor<T, B>& x, int64_t dim = -1) {
   }
   // Shift by the maximum, not by logsumexp: exp(x - lse) carries lse's rounding to T, an error
   // that grows with |x| (1e-5 relative at x = 1000 in float), while x - m is exact near the top.
+  // An infinite maximum stays (no finite_or_zero, unlike logsumexp): +inf - +inf is NaN and
+  // makes the sum NaN, so the whole slice is NaN as in PyTorch, not [nan, 0] for [inf, 0].
   using C = compute_t<T>;
-  const Tensor<T, B> m = map(fn::finite_or_zero{}, max(x, {dim}, true));
+  const Tensor<T, B> m = max(x, {dim}, true);
   Tensor<C, B> e = map(detail::softmax_shifted_exp<T, C>{}, x, m);
   const Tensor<C, B> s = sum(e, {dim}, true);
   if constexpr (std::is_same_v<C, T>) {
@@ -58,7 +61,8 @@ Tensor<T, B> softmax(const Tensor<T, B>& x, int64_t dim = -1) {
 }
 
 /// x - logsumexp(x) along `dim`: the log of softmax, without its rounding to 0 for tiny
-/// probabilities. Same shape as x; floating T. Throws index_error for a bad dim.
+/// probabilities. Same shape as x; floating T. NaN where softmax is (as PyTorch). Throws
+/// index_error for a bad dim.
 template <element_type T, class B>
 Tensor<T, B> log_softmax(const Tensor<T, B>& x, int64_t dim = -1) {
   static_assert(is_floating_v<T>, "tessera::log_softmax: floating element types only");
@@ -67,9 +71,10 @@ Tensor<T, B> log_softmax(const Tensor<T, B>& x, int64_t dim = -1) {
     return Tensor<T, B>(x.shape());
   }
   // (x - m) - log(sum(exp(x - m))) rather than x - logsumexp(x), whose rounding of the large
-  // logsumexp to T would cost precision proportional to |x| (as in softmax).
+  // logsumexp to T would cost precision proportional to |x| (as in softmax), and with the
+  // infinite maximum kept (as in softmax) a slice holding +inf is NaN throughout.
   using C = compute_t<T>;
-  const Tensor<T, B> m = map(fn::finite_or_zero{}, max(x, {dim}, true));
+  const Tensor<T, B> m = max(x, {dim}, true);
   const Tensor<C, B> s = sum(map(detail::softmax_shifted_exp<T, C>{}, x, m), {dim}, true);
   return map(detail::log_softmax_finish<T, C>{}, x, m, s);
 }
