@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages that a tessera workflow needs, and only those that are missing.
 #
-#   scripts/bootstrap.sh [example|test|bench]     (default: test)
+#   scripts/bootstrap.sh [example|test|bench|fuzz]     (default: test)
 #
 #   example  compiler, CMake, Ninja, zlib, the Fashion-MNIST dataset  (workflow preset example)
 #   test     example + GoogleTest, Google Benchmark, Eigen, NumPy      (workflow preset test)
 #   bench    test + OpenBLAS, oneDNN and LibTorch as benchmark anchors (workflow preset bench)
+#   fuzz     example + clang and its fuzzer runtime                    (scripts/fuzz.sh)
 #
 # Idempotent: when everything is installed it touches nothing (no apt-get update). Needs root,
 # or sudo when run as another user.
@@ -15,17 +16,19 @@ mode="${1:-test}"
 example_pkgs=(build-essential cmake ninja-build zlib1g-dev dataset-fashion-mnist)
 test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev python3-numpy)
 bench_pkgs=(libopenblas-dev libdnnl-dev ocl-icd-opencl-dev libtorch-dev)
+fuzz_pkgs=(clang libclang-rt-dev)
 
 case "$mode" in
   example) wanted=("${example_pkgs[@]}") ;;
   test) wanted=("${example_pkgs[@]}" "${test_pkgs[@]}") ;;
   bench) wanted=("${example_pkgs[@]}" "${test_pkgs[@]}" "${bench_pkgs[@]}") ;;
+  fuzz) wanted=("${example_pkgs[@]}" "${fuzz_pkgs[@]}") ;;
   -h | --help)
-    sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   *)
-    echo "bootstrap.sh: unknown mode '$mode' (expected example, test or bench)" >&2
+    echo "bootstrap.sh: unknown mode '$mode' (expected example, test, bench or fuzz)" >&2
     exit 2
     ;;
 esac

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Builds and runs tessera's libFuzzer harnesses (fuzz/): the .npy, .npz and IDX readers, and a
+# structured harness of shape, view, broadcast, reduction and matmul calls checked against a
+# reference. Each harness is built with clang++ -fsanitize=fuzzer,address,undefined.
+#
+#   scripts/fuzz.sh run SECONDS [HARNESS...]   build, then fuzz each for SECONDS (default: all)
+#   scripts/fuzz.sh runs N [HARNESS...]        build, then fuzz each for N executions
+#   scripts/fuzz.sh build                      build only
+#
+# Each run starts from the committed corpus fuzz/corpus/HARNESS and writes the inputs it finds
+# to build-fuzz/corpus/HARNESS (the committed corpus is not changed). A crash, a sanitizer report
+# or a mismatch with the reference stops the run, exits non-zero and leaves the input in
+# build-fuzz/artifacts/ (replay it: build-fuzz/fuzz_HARNESS FILE; FUZZ_OPS_TRACE=1 prints the
+# calls fuzz_ops makes). Needs clang and its fuzzer runtime: scripts/bootstrap.sh fuzz.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+all=(npy npz idx ops)
+out=build-fuzz
+cxx="${FUZZ_CXX:-clang++}"
+
+build() {
+  mkdir -p "$out"
+  for h in "${all[@]}"; do
+    local bin="$out/fuzz_$h" src="fuzz/fuzz_$h.cpp"
+    # Rebuild when the harness or any header is newer than the binary.
+    if [[ -x "$bin" && -z "$(find "$src" fuzz/harness.hpp include -newer "$bin" -print -quit)" ]]; then
+      continue
+    fi
+    echo "fuzz.sh: building $bin"
+    "$cxx" -std=c++20 -O1 -g -fno-omit-frame-pointer \
+      -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+      -Iinclude "$src" -o "$bin" -lz
+  done
+}
+
+fuzz() {
+  local mode="$1" amount="$2"
+  shift 2
+  local names=("$@")
+  ((${#names[@]})) || names=("${all[@]}")
+  mkdir -p "$out/artifacts"
+  for h in "${names[@]}"; do
+    [[ -f "fuzz/fuzz_$h.cpp" ]] || {
+      echo "fuzz.sh: no harness '$h' (have: ${all[*]})" >&2
+      exit 2
+    }
+    mkdir -p "$out/corpus/$h"
+    local limit=(-max_total_time="$amount")
+    [[ "$mode" == runs ]] && limit=(-runs="$amount")
+    echo "fuzz.sh: fuzz_$h, ${mode/runs/executions} $amount"
+    # -rss_limit_mb: an input may not make the reader hold more than 2 GiB.
+    "$out/fuzz_$h" "${limit[@]}" -rss_limit_mb=2048 -print_final_stats=1 \
+      -artifact_prefix="$out/artifacts/$h-" "$out/corpus/$h" "fuzz/corpus/$h" \
+      2>"$out/fuzz_$h.log" || {
+      tail -n 40 "$out/fuzz_$h.log" >&2
+      echo "fuzz.sh: fuzz_$h found a failure (input in $out/artifacts/)" >&2
+      exit 1
+    }
+    grep -E 'stat::number_of_executed_units|stat::average_exec_per_sec' "$out/fuzz_$h.log" |
+      sed "s/^/  fuzz_$h /"
+  done
+}
+
+case "${1:-}" in
+  build) build ;;
+  run) build && fuzz time "${2:?seconds}" "${@:3}" ;;
+  runs) build && fuzz runs "${2:?count}" "${@:3}" ;;
+  *)
+    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    exit 2
+    ;;
+esac
