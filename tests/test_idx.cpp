@@ -331,7 +331,7 @@ TEST(IdxErrors, HugeDeclaredShapeWithLittleData) {
 }
 TEST(IdxErrors, TruncatedData) {
   bytes b = idx_bytes<int32_t>({3, 4}, ramp<int32_t>(12, 3, 1));
-  b.resize(b.size() - 3);
+  b.erase(b.end() - 3, b.end());  // (resize(size - 3) trips GCC 12 -Wstringop-overflow at -O1)
   expect_io_error<int32_t>(write_plain("short", b), {"truncated data", "48 bytes", "holds 45"});
   expect_io_error<float>(write_gz("short.gz", b), {"truncated data", "holds 45"});
 }
