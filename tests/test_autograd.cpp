@@ -435,6 +435,18 @@ TYPED_TEST(Autograd, BackwardReleasesTheTape) {
   EXPECT_TRUE(x.grad().defined());
   EXPECT_FALSE(loss.impl()->backward);
   EXPECT_TRUE(loss.impl()->inputs.empty());
+  // A root that saved tensors (norm saves its input) lets them go too, though the root itself is
+  // still held: backward drops the closure and the saved-version list with it.
+  std::weak_ptr<ts::detail::storage_block> saved_by_root;
+  Var<T> norm_loss;
+  {
+    const Var<T> h = ts::exp(x);
+    saved_by_root = h.value().storage();
+    norm_loss = ts::norm(h);
+  }
+  norm_loss.backward();
+  EXPECT_TRUE(saved_by_root.expired());
+  EXPECT_TRUE(norm_loss.impl()->saved.empty());
 
   // With retain_graph the tape lives until a backward without it.
   std::weak_ptr<node> kept;

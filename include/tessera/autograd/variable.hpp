@@ -409,6 +409,7 @@ void Variable<T, B>::backward(const Tensor<T, B>& seed, bool retain_graph) const
   for (node* n : order) {
     if (!n->backward) continue;
     n->backward = nullptr;
+    n->saved.clear();  // it holds the saved tensors' storage too
     n->released = true;
     links.push_back(std::move(n->inputs));
     n->inputs.clear();
