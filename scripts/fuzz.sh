@@ -5,8 +5,12 @@
 #
 #   scripts/fuzz.sh run SECONDS [HARNESS...]   build, then fuzz each for SECONDS (default: all)
 #   scripts/fuzz.sh runs N [HARNESS...]        build, then fuzz each for N executions
+#   scripts/fuzz.sh ci                         build, then the fixed runs CI makes (below)
 #   scripts/fuzz.sh build                      build only
 #
+# `ci` runs each harness for a fixed number of executions (about 30 s each) with a fixed seed,
+# so a run that passed passes again on the same code: CI is a gate, long runs are for finding.
+# Otherwise the seed is libFuzzer's random one, or TESSERA_FUZZ_SEED when set.
 # Each run starts from the committed corpus fuzz/corpus/HARNESS and writes the inputs it finds
 # to build-fuzz/corpus/HARNESS (the committed corpus is not changed). A crash, a sanitizer report
 # or a mismatch with the reference stops the run, exits non-zero and leaves the input in
@@ -18,6 +22,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 all=(npy npz idx ops)
 out=build-fuzz
 cxx="${FUZZ_CXX:-clang++}"
+seed="${TESSERA_FUZZ_SEED:-0}"  # 0: libFuzzer picks one
 
 build() {
   mkdir -p "$out"
@@ -50,7 +55,7 @@ fuzz() {
     [[ "$mode" == runs ]] && limit=(-runs="$amount")
     echo "fuzz.sh: fuzz_$h, ${mode/runs/executions} $amount"
     # -rss_limit_mb: an input may not make the reader hold more than 2 GiB.
-    "$out/fuzz_$h" "${limit[@]}" -rss_limit_mb=2048 -print_final_stats=1 \
+    "$out/fuzz_$h" "${limit[@]}" -seed="$seed" -rss_limit_mb=2048 -print_final_stats=1 \
       -artifact_prefix="$out/artifacts/$h-" "$out/corpus/$h" "fuzz/corpus/$h" \
       2>"$out/fuzz_$h.log" || {
       tail -n 40 "$out/fuzz_$h.log" >&2
@@ -66,8 +71,13 @@ case "${1:-}" in
   build) build ;;
   run) build && fuzz time "${2:?seconds}" "${@:3}" ;;
   runs) build && fuzz runs "${2:?count}" "${@:3}" ;;
+  ci)
+    build
+    seed=1
+    for h_n in npy:150000 npz:500000 idx:60000 ops:80000; do fuzz runs "${h_n#*:}" "${h_n%%:*}"; done
+    ;;
   *)
-    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
