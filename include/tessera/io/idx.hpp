@@ -3,8 +3,6 @@
 // Not part of the umbrella header because it needs zlib: include it and link ZLIB::ZLIB.
 #pragma once
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -24,6 +22,7 @@
 #include "../backend/cpu/memory.hpp"
 #include "../core/tensor.hpp"
 #include "../ops/functors.hpp"
+#include "regular_file.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 namespace io {
@@ -80,37 +79,16 @@ inline std::string hex_byte(unsigned v) {
 }
 
 // A gzFile opened for reading; zlib reads plain files through the same calls (gzdirect), so the
-// reader does not care whether the file is compressed. Only a regular file is read: the path is
-// opened with O_NONBLOCK (a FIFO with no writer cannot block the open; a regular file's reads
-// ignore the flag) and checked with fstat before zlib gets the descriptor.
+// reader does not care whether the file is compressed. Only a regular file is read
+// (open_regular_file refuses anything else before zlib gets the descriptor).
 class gz_reader {
  public:
   gz_reader(std::string_view op, const std::filesystem::path& path) : op_(op), path_(path) {
-    if (path.empty()) fail_file(op_, path_, "the path is empty");
-    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
-      const int e = errno;
-      if (e == ENOENT) fail_file(op_, path_, "no such file");
-      fail_file(op_, path_, "cannot open (", std::strerror(e), ")");
-    }
-    struct stat st {};
-    const bool stat_ok = ::fstat(fd, &st) == 0;
-    const int e = errno;
-    if (!stat_ok || !S_ISREG(st.st_mode)) {
-      ::close(fd);
-      if (!stat_ok) fail_file(op_, path_, "cannot stat the open file (", std::strerror(e), ")");
-      if (S_ISDIR(st.st_mode)) fail_file(op_, path_, "is a directory, not a file");
-      fail_file(op_, path_, "is not a regular file (it is ",
-                S_ISCHR(st.st_mode)    ? "a character device"
-                : S_ISBLK(st.st_mode)  ? "a block device"
-                : S_ISFIFO(st.st_mode) ? "a FIFO"
-                : S_ISSOCK(st.st_mode) ? "a socket"
-                                       : "a file of another kind",
-                ")");
-    }
-    file_ = gzdopen(fd, "rb");
+    const opened_file f = open_regular_file(path);
+    if (f.fd < 0) fail_file(op_, path_, f.error);
+    file_ = gzdopen(f.fd, "rb");
     if (!file_) {
-      ::close(fd);  // a failed gzdopen leaves the descriptor open
+      ::close(f.fd);  // a failed gzdopen leaves the descriptor open
       fail_file(op_, path_, "cannot open (zlib could not allocate its state)");
     }
     gzbuffer(file_, 1u << 18);  // fewer, larger reads than zlib's 8 KiB default

@@ -34,6 +34,7 @@
 #include "../backend/cpu/memory.hpp"
 #include "../core/tensor.hpp"
 #include "../core/tensor_copy.hpp"
+#include "regular_file.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 
@@ -88,16 +89,6 @@ inline std::string hex32(uint32_t v) {
   std::string s = "0x";
   for (int sh = 28; sh >= 0; sh -= 4) s += digits[(v >> sh) & 15];
   return s;
-}
-
-// What a file that is not a regular one is, for messages ("a FIFO").
-inline const char* kind_of(mode_t m) {
-  if (S_ISDIR(m)) return "a directory";
-  if (S_ISCHR(m)) return "a character device";
-  if (S_ISBLK(m)) return "a block device";
-  if (S_ISFIFO(m)) return "a FIFO";
-  if (S_ISSOCK(m)) return "a socket";
-  return "a file of another kind";
 }
 
 // ---- dtypes ----
@@ -191,38 +182,20 @@ class memory_source final : public byte_source {
   size_t n_;
 };
 
-// A regular file opened for reading; errors name the path. Anything else (a device, a FIFO, a
-// directory) is refused before a byte is read: it is opened with O_NONBLOCK, so that a FIFO with
-// no writer cannot block the open, and checked with fstat (the flag does nothing to a regular
-// file's reads).
+// A regular file opened for reading (open_regular_file: anything else is refused before a byte
+// is read); errors name the path.
 class file_source final : public byte_source {
  public:
   explicit file_source(const where& w) : w_(w) {
-    if (w.path.empty()) fail_at(w, "the path is empty");
-    const int fd = ::open(w.path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
-      const int e = errno;
-      if (e == ENOENT) fail_at(w, "no such file");
-      fail_at(w, "cannot open (", std::strerror(e), ")");
-    }
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      const int e = errno;
-      ::close(fd);
-      fail_at(w, "cannot stat the open file (", std::strerror(e), ")");
-    }
-    if (!S_ISREG(st.st_mode)) {
-      ::close(fd);
-      if (S_ISDIR(st.st_mode)) fail_at(w, "is a directory, not a file");
-      fail_at(w, "is not a regular file (it is ", kind_of(st.st_mode), ")");
-    }
-    f_ = ::fdopen(fd, "rb");
+    const opened_file f = open_regular_file(w.path);
+    if (f.fd < 0) fail_at(w, f.error);
+    f_ = ::fdopen(f.fd, "rb");
     if (!f_) {
       const int e = errno;
-      ::close(fd);
+      ::close(f.fd);
       fail_at(w, "cannot open (", std::strerror(e), ")");
     }
-    size_ = static_cast<uint64_t>(st.st_size);
+    size_ = f.size;
   }
   file_source(const file_source&) = delete;
   file_source& operator=(const file_source&) = delete;
@@ -640,7 +613,7 @@ class atomic_writer {
     if (!exists && errno != ENOENT) fail_errno("cannot access the file", errno);
     if (exists && S_ISDIR(st.st_mode)) fail("is a directory");
     if (exists && !S_ISREG(st.st_mode))
-      fail("exists and is not a regular file (it is ", kind_of(st.st_mode),
+      fail("exists and is not a regular file (it is ", file_kind_of(st.st_mode),
            "); refusing to replace it");
 
     static std::atomic<uint64_t> counter{0};
