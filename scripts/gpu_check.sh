@@ -46,7 +46,7 @@ if [[ "$mode" == bundle ]]; then
     "$build/examples/fashion_mnist_cuda" "$dest/bin/"
   cp bench/torch_cuda_step.py scripts/cuda_report.py "$dest/bin/"
   ldd "$dest"/bin/tessera_cuda_tests "$dest"/bin/bench_cuda* "$dest"/bin/fashion_mnist* |
-    awk '/libbenchmark/ { print $3 }' | sort -u |
+    awk '/libbenchmark|libgomp/ { print $3 }' | sort -u |
     while read -r lib; do cp -L "$lib" "$dest/lib/"; done
   cp "${TESSERA_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}"/*.gz "$dest/data/"
   du -sh "$dest"
@@ -76,12 +76,17 @@ if [[ "$bundle" == *.tgz ]]; then  # unpack next to the results (once: a second 
   bundle="$unpacked"
 fi
 export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-# cuDNN and cuBLAS: the toolkit's, else the ones PyTorch's nvidia-* packages carry.
-for pkg in cudnn cublas; do
-  dir="$(python3 -c "import nvidia.$pkg as m; print(list(m.__path__)[0] + '/lib')" 2>/dev/null)"
-  [[ -n "$dir" && -d "$dir" ]] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$dir"
+# The CUDA runtime, cuBLAS and cuDNN: the toolkit's first, then every library folder of the
+# nvidia-* packages PyTorch carries (their layout differs between CUDA versions: nvidia/cudnn/lib,
+# nvidia/cu13/lib, ...). A library still missing is named in the log of step `libs`.
+for dir in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+  [[ -d "$dir" ]] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$dir"
 done
-[[ -d /usr/local/cuda/lib64 ]] && LD_LIBRARY_PATH="/usr/local/cuda/lib64:$LD_LIBRARY_PATH"
+nvidia_roots="$(python3 -c "import nvidia; print(' '.join(nvidia.__path__))" 2>/dev/null)"
+if [[ -n "$nvidia_roots" ]]; then
+  while read -r dir; do LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$dir"; done < <(
+    find $nvidia_roots -name 'lib*.so*' -printf '%h\n' 2>/dev/null | sort -u)
+fi
 export TESSERA_FASHION_MNIST_DIR="$bundle/data"
 bin="$bundle/bin"
 sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
@@ -144,6 +149,9 @@ start_all=$SECONDS
 summary=()
 skipped=()
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1
+for program in "$bin"/tessera_cuda_tests "$bin"/bench_cuda* "$bin"/fashion_mnist*; do
+  ldd "$program" | grep 'not found' | sed "s|^|$(basename "$program"): |"
+done | sort -u | tee "$out/libs.log"
 for entry in "${all_steps[@]}"; do
   IFS=: read -r name cap least <<<"$entry"
   wanted "$name" || continue
