@@ -38,7 +38,8 @@ def load(d, stem):
     rows = {}
     for path in paths:
         for b in json.load(open(path)).get("benchmarks", []):
-            name = re.sub(r"/manual_time$", "", b["name"])
+            # Google Benchmark appends /iterations:N and /manual_time to the registered name.
+            name = re.sub(r"(/iterations:\d+)?(/manual_time)?$", "", b["name"])
             rows[name] = b
     return rows
 

@@ -856,3 +856,55 @@ TEST(CudaEmulationOrder, ReverseRunsBlocksFromTheLast) {
 #endif
 
 }  // namespace
+
+#if !defined(TESSERA_CUDA_HOST_EMULATION)
+#include <cuda_fp8.h>
+
+// The device's own fp8 conversions (cuda_fp8.h) against tessera's, on a GPU only (the emulation
+// has no cuda_fp8.h): every bit pattern of e4m3 and e5m2 decodes to the same float, and every
+// float of a sweep over the finite range of each type rounds to the same pattern. The tensor
+// cores read fp8 operands as the hardware defines them, so tessera's view of the bits must be
+// the hardware's: a difference here would show as every fp8 product differing from cuBLAS.
+__global__ void device_fp8_conversions(float* e4m3, float* e5m2, const float* from, uint8_t* to4,
+                                       uint8_t* to5, int n) {
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) {
+    e4m3[i] = __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(i), __NV_E4M3)));
+    e5m2[i] = __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(i), __NV_E5M2)));
+  }
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    to4[i] = __nv_cvt_float_to_fp8(from[i], __NV_SATFINITE, __NV_E4M3);
+    to5[i] = __nv_cvt_float_to_fp8(from[i], __NV_SATFINITE, __NV_E5M2);
+  }
+}
+
+TEST_F(Cuda, Float8BitsMeanWhatTheDeviceSaysTheyMean) {
+  std::vector<float> from;
+  for (float v = 1.0f / 65536; v < 440; v *= 1.0137f) from.insert(from.end(), {v, -v});
+  const int n = static_cast<int>(from.size());
+  const auto dev_from = ts::from_vector<float, ts::cpu>(from, {n}).to<ts::cuda>();
+  auto e4m3 = ts::zeros<float, ts::cuda>({256}), e5m2 = ts::zeros<float, ts::cuda>({256});
+  auto to4 = ts::zeros<uint8_t, ts::cuda>({n}), to5 = ts::zeros<uint8_t, ts::cuda>({n});
+  device_fp8_conversions<<<1, 256, 0, ts::cuda_stream()>>>(e4m3.data(), e5m2.data(),
+                                                            dev_from.data(), to4.data(),
+                                                            to5.data(), n);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  const auto d4 = e4m3.to_vector(), d5 = e5m2.to_vector();
+  for (int b = 0; b < 256; ++b) {
+    const float h4 = ts::float8_e4m3::from_bits(uint8_t(b)), h5 = ts::float8_e5m2::from_bits(uint8_t(b));
+    EXPECT_TRUE(std::isnan(h4) ? std::isnan(d4[b]) : h4 == d4[b])
+        << "e4m3 bits " << b << ": device " << d4[b] << ", tessera " << h4;
+    EXPECT_TRUE(std::isnan(h5) ? std::isnan(d5[b]) : h5 == d5[b])
+        << "e5m2 bits " << b << ": device " << d5[b] << ", tessera " << h5;
+  }
+  const auto t4 = to4.to_vector(), t5 = to5.to_vector();
+  int bad = 0;
+  for (int i = 0; i < n && bad < 10; ++i) {
+    const uint8_t h4 = ts::float8_e4m3(from[i]).bits, h5 = ts::float8_e5m2(from[i]).bits;
+    if (h4 != t4[i] || h5 != t5[i]) {
+      ++bad;
+      ADD_FAILURE() << from[i] << " rounds to e4m3 " << int(t4[i]) << " / e5m2 " << int(t5[i])
+                    << " on the device, " << int(h4) << " / " << int(h5) << " in tessera";
+    }
+  }
+}
+#endif

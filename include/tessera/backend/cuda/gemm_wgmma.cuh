@@ -106,9 +106,13 @@ __global__ void __launch_bounds__(cuda_wgmma_threads, 1)
     const auto a_at = [](int o, int i) { return ATile::at(o, i); };
     const auto b_at = [](int o, int i) { return BTile::at(o, i); };
     const auto slot = [&](int64_t kt) { return static_cast<int>(kt % S) * 2 * tile; };  // A, B
-    Acc acc[1][64];  // one 128-column tile (cuda_wgmma_stage)
+    constexpr bool promote = cuda_wgmma_promotes<In>;
+    Acc acc[1][64];                  // one 128-column tile (cuda_wgmma_stage)
+    Acc sum[1][promote ? 64 : 1];  // the promoted sums (fp8)
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[0][i] = Acc(0);
+#pragma unroll
+    for (int i = 0; i < (promote ? 64 : 1); ++i) sum[0][i] = Acc(0);
 
     if (p.alpha != Acc(0))
       cuda_pipelined_k_loop<S, 1>(  // one group of wgmma left in flight per warpgroup
@@ -130,12 +134,19 @@ __global__ void __launch_bounds__(cuda_wgmma_threads, 1)
             // warpgroup has passed the next barrier. Step kt's reads its slot while the next
             // step's copies land.
             const uint32_t as = smem_address + static_cast<uint32_t>(slot(kt) * Op::size);
-            if (rows_inside)
+            if (!rows_inside) return;
+            if constexpr (promote)
+              cuda_wgmma_stage_promoted<In, ACol, BCol>(acc, sum, as, as + cuda_wgmma_tile_bytes,
+                                                        wg);
+            else
               cuda_wgmma_stage<In, ACol, BCol>(acc, as, as + cuda_wgmma_tile_bytes, wg);
           });
     cuda_wgmma_wait<0>();                       // the accumulators are complete
     Acc* const part = cuda_gemm_part_of(p, z);  // split k: raw sums, else null
-    cuda_wgmma_store_tile(p, c, part, m0, n0, wg, l, acc[0]);
+    if constexpr (promote)
+      cuda_wgmma_store_tile(p, c, part, m0, n0, wg, l, sum[0]);
+    else
+      cuda_wgmma_store_tile(p, c, part, m0, n0, wg, l, acc[0]);
     __syncthreads();  // every warpgroup is done with the stages before the next matrix's copies
   }
 #endif

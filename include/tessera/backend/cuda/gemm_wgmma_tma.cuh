@@ -218,11 +218,17 @@ __global__ void __launch_bounds__(cuda_wgmma_tma_threads, 1)
   for (int64_t z = blockIdx.z; z < batch * p.splits; z += gridDim.z) {
     const auto [zb, k0, steps] = cuda_split_of<BK>(p, z, batch);
     (void)k0;
+    constexpr bool promote = cuda_wgmma_promotes<In>;
+    static_assert(!promote || NT == 1, "promoted sums of wide tiles would not fit in registers");
     Acc acc[NT][64];
+    Acc sum[NT][promote ? 64 : 1];  // the promoted sums (fp8)
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+    for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
       for (int i = 0; i < 64; ++i) acc[nt][i] = Acc(0);
+#pragma unroll
+      for (int i = 0; i < (promote ? 64 : 1); ++i) sum[nt][i] = Acc(0);
+    }
     if (multiply) {
       for (int64_t kt = 0; kt < steps; ++kt, ++it) {
         const int s = static_cast<int>(it % S);
@@ -230,7 +236,11 @@ __global__ void __launch_bounds__(cuda_wgmma_tma_threads, 1)
         // After it the previous step's group is done: that slot may be refilled.
         if (rows_inside) {
           const uint32_t as = stages + static_cast<uint32_t>(s) * stage_bytes;
-          cuda_wgmma_stage<In, ACol, BCol>(acc, as, as + cuda_wgmma_tile_bytes, wg);
+          if constexpr (promote)
+            cuda_wgmma_stage_promoted<In, ACol, BCol>(acc, sum, as, as + cuda_wgmma_tile_bytes,
+                                                      wg);
+          else
+            cuda_wgmma_stage<In, ACol, BCol>(acc, as, as + cuda_wgmma_tile_bytes, wg);
         }
         if (kt > 0) cuda_mbarrier_arrive(empty(static_cast<int>((it - 1) % S)));
       }
@@ -242,8 +252,12 @@ __global__ void __launch_bounds__(cuda_wgmma_tma_threads, 1)
     Acc* const part = cuda_gemm_part_of(p, z);
     const auto [m0, n0] = origin();
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-      cuda_wgmma_store_tile(p, c, part, m0, n0 + 128 * nt, wg, l, acc[nt]);
+    for (int nt = 0; nt < NT; ++nt) {
+      if constexpr (promote)
+        cuda_wgmma_store_tile(p, c, part, m0, n0 + 128 * nt, wg, l, sum[nt]);
+      else
+        cuda_wgmma_store_tile(p, c, part, m0, n0 + 128 * nt, wg, l, acc[nt]);
+    }
   }
 #endif
 }
@@ -291,7 +305,7 @@ bool cuda_gemm_wgmma_tma_launch(dim3 grid,
   if (!cuda_wgmma_tma_choice().enabled.load(std::memory_order_relaxed) || p.a_off || p.b_off ||
       p.m >= limit || p.n >= limit || p.k >= limit || batch >= limit)
     return false;
-  const bool wide = cuda_wgmma_tma_wide(p, batch);
+  const bool wide = !cuda_wgmma_promotes<In> && cuda_wgmma_tma_wide(p, batch);
   constexpr int bytes = cuda_mma_op<In>::size;
   const uint32_t b_rows = wide ? 256 : 128;  // B's k-major box: the tile's columns
   cuda_wgmma_tma_maps maps;
@@ -311,7 +325,9 @@ bool cuda_gemm_wgmma_tma_launch(dim3 grid,
                                 cuda_wgmma_tma_smem_bytes<BN>>(
         choice, "cuda_gemm_wgmma_tma", g, dim3(cuda_wgmma_tma_threads), p, batch, maps);
   };
-  if (wide) {
+  if constexpr (cuda_wgmma_promotes<In>) {  // narrow tiles only (their sums fit in registers)
+    if (!launch(std::integral_constant<int, 128>{}, cuda_wgmma_tma_choice(), grid)) return false;
+  } else if (wide) {
     const dim3 g(static_cast<unsigned>((p.n + 255) / 256), grid.y, grid.z);
     if (!launch(std::integral_constant<int, 256>{}, cuda_wgmma_tma_wide_choice(), g)) return false;
     cuda_wgmma_tma_choice().launches.fetch_add(1, std::memory_order_relaxed);

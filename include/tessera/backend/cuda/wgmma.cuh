@@ -266,6 +266,39 @@ __device__ __forceinline__ void cuda_wgmma_stage(Acc (&acc)[NT][64], uint32_t as
   cuda_wgmma_wait<1>();
 }
 
+/// Whether a wgmma product of In inputs promotes its sums: fp8 only. Hopper's fp8 wgmma adds into
+/// its float accumulators with fewer bits than float (measured on an H200: against the float
+/// product of the same operands, 3.4e-4 at k = 1024, 2.0e-3 at k = 8192, growing with k, where
+/// the mma.sync kernel and cuBLAS stay at 1.3e-4). So each stage's products (128 of k) go into
+/// fresh accumulators that are then added, in float, into the running sums.
+template <class In>
+inline constexpr bool cuda_wgmma_promotes = cuda_mma_op<In>::fp8;
+
+/// cuda_wgmma_stage for a promoting product (cuda_wgmma_promotes): the stage's wgmma into acc
+/// (zero on entry), waited for, added into sum, and acc zeroed again. No group stays in flight
+/// past the stage: the slot the stage read may be refilled at once.
+template <class In, bool ACol, bool BCol, int NT, class Acc>
+__device__ __forceinline__ void cuda_wgmma_stage_promoted(Acc (&acc)[NT][64], Acc (&sum)[NT][64],
+                                                          uint32_t as, uint32_t bs, int wg) {
+  cuda_wgmma_fence();
+#pragma unroll
+  for (int s = 0; s < cuda_wgmma_row_bytes / 32; ++s)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+      cuda_wgmma_m64n128<In, ACol, !BCol>(
+          acc[nt], cuda_wgmma_a_desc<ACol>(as, wg, s),
+          cuda_wgmma_b_desc<BCol>(bs + static_cast<uint32_t>(nt) * cuda_wgmma_tile_bytes, s));
+  cuda_wgmma_commit();
+  cuda_wgmma_wait<0>();
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      sum[nt][i] += acc[nt][i];
+      acc[nt][i] = Acc(0);
+    }
+}
+
 /// The epilogue of a warpgroup's m64n128 accumulators (thread l of warpgroup wg, in
 /// cuda_wgmma_m64n128's layout) for the block's tile at (m0, n0): every output inside the
 /// product through cuda_gemm_store_run, each thread's two consecutive columns in one store (the
