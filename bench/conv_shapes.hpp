@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
-#include <tessera/detail/winograd.hpp>
+#include <tessera/kernel/winograd.hpp>
 #include <tessera/ops/conv.hpp>
 #include <vector>
 

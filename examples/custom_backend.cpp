@@ -1,7 +1,7 @@
 // A backend defined in user code, without editing tessera: `counted` keeps tensors in host
 // memory and reuses the CPU kernels, but counts every kernel launch. A real one would send some
 // ops elsewhere (a BLAS library, an accelerator) the same way: specialise the primary
-// templates of tessera/backend/tags.hpp (memory, map_kernel, reduce_kernel, gemm_kernel,
+// templates of tessera/core/backend.hpp (memory, map_kernel, reduce_kernel, gemm_kernel,
 // conv_kernel) for a new empty tag type.
 #include <cmath>
 #include <cstdio>

@@ -22,7 +22,7 @@
 #include <stdexcept>
 #include <string>
 #include <tessera/data/fashion_mnist.hpp>
-#include <tessera/io/checkpoint.hpp>
+#include <tessera/nn/checkpoint.hpp>
 #include <tessera/nn.hpp>
 #include <tessera/optim.hpp>
 #include <tessera/tessera.hpp>

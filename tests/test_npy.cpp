@@ -22,7 +22,7 @@
 #include <limits>
 #include <random>
 #include <string>
-#include <tessera/io/checkpoint.hpp>
+#include <tessera/nn/checkpoint.hpp>
 #include <tessera/io/idx.hpp>
 #include <tessera/tessera.hpp>
 #include <vector>

@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <string>
 #include <tessera/autograd.hpp>
-#include <tessera/io/checkpoint.hpp>
+#include <tessera/nn/checkpoint.hpp>
 #include <tessera/nn.hpp>
 #include <tessera/optim.hpp>
 #include <tessera/tessera.hpp>

@@ -15,8 +15,8 @@
 #include "backend/cpu/conv.hpp"
 #include "backend/cpu/pool.hpp"
 #include "backend/cpu/optim.hpp"
-#include "core/tensor_copy.hpp"
-#include "core/creation.hpp"
+#include "ops/tensor_copy.hpp"
+#include "ops/creation.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/reduce.hpp"
 #include "ops/matmul.hpp"
@@ -31,4 +31,4 @@
 
 // The training stack has umbrellas of its own, so that tensor-only code does not compile it:
 // <tessera/autograd.hpp>, <tessera/nn.hpp>, <tessera/optim.hpp>, <tessera/data/fashion_mnist.hpp>,
-// <tessera/io/checkpoint.hpp>.
+// <tessera/nn/checkpoint.hpp>.

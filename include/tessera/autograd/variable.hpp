@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "../core/creation.hpp"
+#include "../ops/creation.hpp"
 #include "../ops/elementwise.hpp"
 #include "../ops/reduce.hpp"
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "../backend/tags.hpp"
+#include "backend.hpp"
 #include "shape.hpp"
 
 TESSERA_BEGIN_NAMESPACE

@@ -243,7 +243,7 @@ class Tensor {
     return expand_impl("broadcast_to", target.span());
   }
 
-  // ---- copies and conversions (defined in core/tensor_copy.hpp, which needs the kernels) ----
+  // ---- copies and conversions (defined in ops/tensor_copy.hpp, which needs the kernels) ----
 
   /// This tensor if already contiguous, otherwise a contiguous copy.
   Tensor contiguous() const;

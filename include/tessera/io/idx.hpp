@@ -21,7 +21,7 @@
 
 #include "../backend/cpu/memory.hpp"
 #include "../core/tensor.hpp"
-#include "../ops/functors.hpp"
+#include "../kernel/functors.hpp"
 #include "regular_file.hpp"
 
 TESSERA_BEGIN_NAMESPACE

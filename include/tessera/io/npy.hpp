@@ -33,7 +33,7 @@
 
 #include "../backend/cpu/memory.hpp"
 #include "../core/tensor.hpp"
-#include "../core/tensor_copy.hpp"
+#include "../ops/tensor_copy.hpp"
 #include "regular_file.hpp"
 
 TESSERA_BEGIN_NAMESPACE

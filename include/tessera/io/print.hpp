@@ -5,7 +5,7 @@
 #include <ostream>
 #include <sstream>
 
-#include "../core/tensor_copy.hpp"
+#include "../ops/tensor_copy.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 namespace detail {

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "../core/creation.hpp"
+#include "../ops/creation.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 namespace nn {

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "../core/tensor.hpp"
-#include "../detail/conv_problem.hpp"
+#include "../kernel/conv_problem.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 namespace detail {

@@ -11,7 +11,7 @@
 
 #include "../core/conv_algorithm.hpp"
 #include "../core/tensor.hpp"
-#include "../detail/conv_problem.hpp"
+#include "../kernel/conv_problem.hpp"
 #include "bias_grad.hpp"
 #include "matmul.hpp"
 #include "reduce.hpp"

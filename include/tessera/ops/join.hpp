@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "../core/tensor_copy.hpp"
+#include "tensor_copy.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 

@@ -14,7 +14,7 @@
 
 #include "../backend/cpu/memory.hpp"
 #include "../backend/cpu/parallel.hpp"
-#include "../detail/loss_problem.hpp"
+#include "../kernel/loss_problem.hpp"
 #include "activation.hpp"
 
 TESSERA_BEGIN_NAMESPACE

@@ -5,7 +5,7 @@
 #include <type_traits>
 
 #include "../core/tensor.hpp"
-#include "functors.hpp"
+#include "../kernel/functors.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 namespace detail {

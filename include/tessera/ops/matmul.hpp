@@ -10,7 +10,7 @@
 
 #include "../core/matmul_precision.hpp"
 #include "../core/tensor.hpp"
-#include "../detail/gemm_problem.hpp"
+#include "../kernel/gemm_problem.hpp"
 #include "map.hpp"
 
 TESSERA_BEGIN_NAMESPACE

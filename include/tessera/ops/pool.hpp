@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "../core/tensor.hpp"
-#include "../detail/pool_problem.hpp"
+#include "../kernel/pool_problem.hpp"
 #include "map.hpp"
 
 TESSERA_BEGIN_NAMESPACE

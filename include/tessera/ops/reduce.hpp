@@ -3,7 +3,7 @@
 #pragma once
 
 #include "elementwise.hpp"
-#include "reducers.hpp"
+#include "../kernel/reducers.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 

@@ -8,7 +8,7 @@
 #include <new>
 
 #include "../../core/error.hpp"
-#include "../tags.hpp"
+#include "../../core/backend.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 

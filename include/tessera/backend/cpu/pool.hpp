@@ -32,8 +32,8 @@
 #include <vector>
 
 #include "../../core/dtype.hpp"
-#include "../../detail/pool_problem.hpp"
-#include "../tags.hpp"
+#include "../../kernel/pool_problem.hpp"
+#include "../../core/backend.hpp"
 #include "parallel.hpp"
 #include "simd/vec.hpp"
 

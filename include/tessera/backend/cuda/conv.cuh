@@ -41,8 +41,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "../../detail/conv_problem.hpp"
-#include "../../detail/gemm_problem.hpp"
+#include "../../kernel/conv_problem.hpp"
+#include "../../kernel/gemm_problem.hpp"
 #include "block_shared.cuh"
 #include "error.hpp"
 #include "gemm.cuh"

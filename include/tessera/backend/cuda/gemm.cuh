@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "../../core/dtype.hpp"
-#include "../../detail/gemm_problem.hpp"
+#include "../../kernel/gemm_problem.hpp"
 #include "block_shared.cuh"
 #include "error.hpp"
 #include "gemm_args.cuh"

@@ -12,7 +12,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "../../detail/gemm_problem.hpp"
+#include "../../kernel/gemm_problem.hpp"
 #include "async_copy.cuh"
 
 TESSERA_BEGIN_NAMESPACE

@@ -39,7 +39,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "../../detail/gemm_problem.hpp"
+#include "../../kernel/gemm_problem.hpp"
 #include "async_copy.cuh"
 #include "gemm_args.cuh"
 #include "gemm_choice.cuh"

@@ -10,8 +10,8 @@
 #include <functional>
 #include <utility>
 
-#include "../../detail/loss_problem.hpp"
-#include "../tags.hpp"
+#include "../../kernel/loss_problem.hpp"
+#include "../../core/backend.hpp"
 #include "block_shared.cuh"
 #include "launch.hpp"
 

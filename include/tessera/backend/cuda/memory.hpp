@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "../tags.hpp"
+#include "../../core/backend.hpp"
 #include "error.hpp"
 #include "launch.hpp"
 #include "upload_staging.hpp"

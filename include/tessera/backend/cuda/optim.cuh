@@ -1,8 +1,7 @@
 // tessera/backend/cuda/optim.cuh - optim_kernel<cuda>: the fused SGD and Adam / AdamW updates as
 // grid-stride kernels, one thread per element, and their multi-tensor forms (sgd_many,
-// adam_many: up to 16 tensors a launch). The update formula is the CPU backend's own
-// scalar body (detail::optim::sgd_range / adam_range, host-device), so both backends compute
-// the same IEEE operations per element.
+// adam_many: up to 16 tensors a launch). The update formula is the scalar body both backends
+// share (kernel/optim_update.hpp: detail::optim::sgd_range / adam_range, host-device).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,8 +11,8 @@
 #include <span>
 #include <vector>
 
-#include "../../ops/optim_step.hpp"
-#include "../cpu/optim.hpp"
+#include "../../core/backend.hpp"
+#include "../../kernel/optim_update.hpp"
 #include "error.hpp"
 #include "launch.hpp"
 

@@ -18,7 +18,7 @@
 #include <type_traits>
 
 #include "../../core/dtype.hpp"
-#include "../../detail/pool_problem.hpp"
+#include "../../kernel/pool_problem.hpp"
 #include "error.hpp"
 #include "launch.hpp"
 #include "memory.hpp"

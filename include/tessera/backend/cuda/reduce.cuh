@@ -8,7 +8,7 @@
 #include <type_traits>
 
 #include "../../core/storage.hpp"
-#include "../../detail/layout.hpp"
+#include "../../kernel/layout.hpp"
 #include "block_shared.cuh"
 #include "error.hpp"
 #include "launch.hpp"

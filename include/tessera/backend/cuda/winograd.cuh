@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "../../core/matmul_precision.hpp"
-#include "../../detail/conv_problem.hpp"
-#include "../../detail/gemm_problem.hpp"
-#include "../../detail/winograd.hpp"
+#include "../../kernel/conv_problem.hpp"
+#include "../../kernel/gemm_problem.hpp"
+#include "../../kernel/winograd.hpp"
 #include "gemm.cuh"
 #include "launch.hpp"
 #include "memory.hpp"

@@ -13,7 +13,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "../../../detail/conv_problem.hpp"
+#include "../../../kernel/conv_problem.hpp"
 #include "../gemm/pack.hpp"
 #include "../simd/vec.hpp"
 #include "short_copy.hpp"

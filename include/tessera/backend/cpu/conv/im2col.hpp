@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "../../../detail/conv_problem.hpp"
+#include "../../../kernel/conv_problem.hpp"
 #include "../gemm/pack.hpp"
 #include "../simd/vec.hpp"
 #include "direct.hpp"

@@ -19,8 +19,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "../../../detail/conv_problem.hpp"
-#include "../../../detail/winograd.hpp"
+#include "../../../kernel/conv_problem.hpp"
+#include "../../../kernel/winograd.hpp"
 #include "../gemm.hpp"
 #include "buffers.hpp"
 

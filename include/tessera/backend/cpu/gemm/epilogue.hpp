@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "../../../detail/gemm_problem.hpp"
+#include "../../../kernel/gemm_problem.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 namespace detail {

@@ -35,18 +35,7 @@
 
 #include "../../../config.hpp"
 
-#if defined(TESSERA_SIMD_SCALAR) || defined(__CUDA_ARCH__)
-// (Device passes of nvcc see the host's -march macros, but x86 vectors cannot live in device code.)
-#define TESSERA_DETAIL_SIMD_NS isa_scalar
-#elif defined(__AVX512F__)
-#define TESSERA_DETAIL_SIMD_NS isa_avx512
-#elif defined(__AVX2__) && defined(__FMA__)
-#define TESSERA_DETAIL_SIMD_NS isa_avx2
-#elif defined(__ARM_NEON) && defined(__aarch64__)
-#define TESSERA_DETAIL_SIMD_NS isa_neon
-#else
-#define TESSERA_DETAIL_SIMD_NS isa_scalar
-#endif
+// TESSERA_DETAIL_SIMD_NS, the ISA, is chosen in config.hpp.
 
 TESSERA_BEGIN_NAMESPACE
 namespace detail::simd {

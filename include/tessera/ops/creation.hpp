@@ -1,10 +1,10 @@
-// tessera/core/creation.hpp - functions that make new tensors.
+// tessera/ops/creation.hpp - functions that make new tensors.
 #pragma once
 
 #include <cmath>
 #include <vector>
 
-#include "random.hpp"
+#include "../core/random.hpp"
 #include "tensor_copy.hpp"
 
 TESSERA_BEGIN_NAMESPACE

@@ -1,4 +1,4 @@
-// tessera/backend/tags.hpp - backend tag types, the backend concept, and the kernel primary
+// tessera/core/backend.hpp - backend tag types, the backend concept, and the kernel primary
 // templates each backend specialises.
 #pragma once
 

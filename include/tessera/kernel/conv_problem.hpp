@@ -1,4 +1,4 @@
-// tessera/detail/conv_problem.hpp - the backend-neutral description of one 2-D convolution (and
+// tessera/kernel/conv_problem.hpp - the backend-neutral description of one 2-D convolution (and
 // its two backward passes), what ops/conv.hpp hands to backend::conv_kernel<B>::run.
 #pragma once
 

@@ -1,10 +1,10 @@
-// tessera/core/tensor_copy.hpp - Tensor members that copy or convert data (they run kernels, so
+// tessera/ops/tensor_copy.hpp - Tensor members that copy or convert data (they run kernels, so
 // they are defined after the backends are known).
 #pragma once
 
 #include <vector>
 
-#include "../ops/map.hpp"
+#include "map.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 

@@ -1,8 +1,8 @@
-// tessera/io/checkpoint.hpp - save and load a module's state as a NumPy .npz archive.
+// tessera/nn/checkpoint.hpp - save and load a module's state as a NumPy .npz archive.
 #pragma once
 
 #include "../nn.hpp"
-#include "npy.hpp"
+#include "../io/npy.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 namespace io {

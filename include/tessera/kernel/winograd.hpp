@@ -1,4 +1,4 @@
-// tessera/detail/winograd.hpp - Winograd F(4x4, 3x3) tile transforms shared by the backends
+// tessera/kernel/winograd.hpp - Winograd F(4x4, 3x3) tile transforms shared by the backends
 // (conv_algorithm::winograd; backend/cpu/conv/winograd.hpp, backend/cuda/winograd.cuh).
 //
 // One 1-D F(4, 3) step turns 6 inputs d and 3 taps g into the 4 outputs y_i = sum_j d_{i+j} g_j

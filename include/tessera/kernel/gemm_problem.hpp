@@ -1,4 +1,4 @@
-// tessera/detail/gemm_problem.hpp - the backend-neutral description of one (batched) GEMM, what
+// tessera/kernel/gemm_problem.hpp - the backend-neutral description of one (batched) GEMM, what
 // ops/matmul.hpp hands to backend::gemm_kernel<B>::run.
 #pragma once
 

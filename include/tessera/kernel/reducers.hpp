@@ -1,4 +1,4 @@
-// tessera/ops/reducers.hpp - the reducers the reduction ops hand to a backend's reduce_kernel:
+// tessera/kernel/reducers.hpp - the reducers the reduction ops hand to a backend's reduce_kernel:
 // acc_type, identity(), step(acc, x, index), combine(a, b) (a before b), finish(acc).
 // Host- and device-callable.
 #pragma once

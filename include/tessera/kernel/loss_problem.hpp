@@ -1,4 +1,4 @@
-// tessera/detail/loss_problem.hpp - the backend-neutral pieces of cross-entropy over class
+// tessera/kernel/loss_problem.hpp - the backend-neutral pieces of cross-entropy over class
 // labels: one row's arithmetic, which the CPU's row loop and the CUDA kernel share, and the
 // problem ops/loss.hpp hands to a backend's fused kernel (backend::loss_kernel<B>::cross_entropy).
 #pragma once

@@ -1,4 +1,4 @@
-// tessera/detail/pool_problem.hpp - the backend-neutral geometry of one 2-D pooling op, what
+// tessera/kernel/pool_problem.hpp - the backend-neutral geometry of one 2-D pooling op, what
 // ops/pool.hpp hands to backend::pool_kernel<B>, and the window rules every backend shares.
 #pragma once
 

@@ -1,4 +1,4 @@
-// tessera/ops/functors.hpp - the elementwise functors behind the named ops. Each is callable on
+// tessera/kernel/functors.hpp - the elementwise functors behind the named ops. Each is callable on
 // scalars in host and device code; those marked `simd` also accept CPU SIMD packs, which the map
 // kernel then uses. Functors with transcendental math declare their relative `cost`.
 #pragma once
