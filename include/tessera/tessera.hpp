@@ -15,6 +15,7 @@
 #include "backend/cpu/conv.hpp"
 #include "backend/cpu/pool.hpp"
 #include "backend/cpu/optim.hpp"
+#include "backend/cpu/loss.hpp"
 #include "ops/tensor_copy.hpp"
 #include "ops/creation.hpp"
 #include "ops/elementwise.hpp"

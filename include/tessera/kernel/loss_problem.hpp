@@ -1,6 +1,7 @@
 // tessera/kernel/loss_problem.hpp - the backend-neutral pieces of cross-entropy over class
 // labels: one row's arithmetic, which the CPU's row loop and the CUDA kernel share, and the
-// problem ops/loss.hpp hands to a backend's fused kernel (backend::loss_kernel<B>::cross_entropy).
+// problems ops/loss.hpp hands to a backend's loss kernels (backend::loss_kernel<B>: the CPU's
+// row pass and gradient, CUDA's fused forward pass).
 #pragma once
 
 #include <cmath>
@@ -33,6 +34,35 @@ TESSERA_HOST_DEVICE inline double cross_entropy_row(const T* row, int64_t c, int
   if (smooth_per_class != 0) v -= smooth_per_class * total;
   return v;
 }
+
+/// cross_entropy's row pass on a backend with a row kernel (loss_kernel<B>::cross_entropy_rows:
+/// the CPU): over contiguous logits x [n, c] and labels [n] (each in [0, c) or ignore_index,
+/// checked), each row's loss (cross_entropy_row) into loss[n] and its logsumexp into lse[n].
+template <class T>
+struct cross_entropy_rows_problem {
+  const T* x;
+  const int64_t* labels;
+  int64_t n, c, ignore_index;
+  double keep, smooth_per_class;
+  T* loss;
+  T* lse;
+};
+
+/// The gradient of cross_entropy with respect to the logits (loss_kernel<B>::cross_entropy_grad):
+/// for each row i not ignored, dx[i, j] = g_i (exp(x[i, j] - lse[i]) - smooth_per_class), less
+/// g_i keep at the label, where g_i = grad[per_sample ? i : 0] * scale (scale: 1 / count for a
+/// mean, else 1); ignored rows are zero. Contiguous x, dx [n, c], lse [n], labels [n].
+template <class T>
+struct cross_entropy_grad_problem {
+  const T* x;
+  const int64_t* labels;
+  const T* lse;
+  const T* grad;
+  int64_t n, c, ignore_index;
+  double keep, smooth_per_class, scale;
+  bool per_sample;
+  T* dx;
+};
 
 /// A cross-entropy forward pass over contiguous logits x [n, c] (row-major) and labels [n].
 /// Per sample (reduce false) into out[n], or summed (reduce) into out[0], over the count when

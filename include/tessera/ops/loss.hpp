@@ -1,8 +1,9 @@
 // tessera/ops/loss.hpp - classification losses on tensors: cross_entropy with integer labels
 // (fused log-softmax + pick, with label smoothing and an ignored label) and nll_loss, with the
-// backward functions the autograd layer calls. On the CPU each row is one fused loop (in
-// double); on backends whose memory the host cannot read (CUDA) the same formulas are composed
-// from map and reductions, with labels compared against column numbers instead of indexed.
+// backward functions the autograd layer calls. A backend with row kernels
+// (loss_kernel<B>::cross_entropy_rows and cross_entropy_grad: the CPU) runs each row as one
+// fused loop; elsewhere (CUDA past its fused kernel's limits, user backends) the same formulas
+// are composed from map and reductions, with labels compared against column numbers.
 #pragma once
 
 #include <cmath>
@@ -12,8 +13,7 @@
 #include <mutex>
 #include <string>
 
-#include "../backend/cpu/memory.hpp"
-#include "../backend/cpu/parallel.hpp"
+#include "../backend/cpu/memory.hpp"  // host copies of labels, to check them on the host
 #include "../kernel/loss_problem.hpp"
 #include "activation.hpp"
 
@@ -131,7 +131,16 @@ double mean_scale(Reduction r, const label_count<T, B>& count) {
   return r == Reduction::mean ? 1.0 / static_cast<double>(count.host) : 1.0;
 }
 
-/// Per-sample losses [N] in `loss` and row log-sum-exps [N] in `lse`.
+/// Whether backend B has the cross-entropy row kernels (the CPU's).
+template <class T, class B>
+concept has_cross_entropy_rows =
+    requires(const cross_entropy_rows_problem<T>& p, const cross_entropy_grad_problem<T>& g) {
+      backend::loss_kernel<B>::cross_entropy_rows(p);
+      backend::loss_kernel<B>::cross_entropy_grad(g);
+    };
+
+/// Per-sample losses [N] in `loss` and row log-sum-exps [N] in `lse`, by the backend's row
+/// kernel (has_cross_entropy_rows).
 template <class T, class B>
 void cross_entropy_rows(const Tensor<T, B>& logits, const Tensor<int64_t, B>& labels,
                         const CrossEntropyOptions& o, const Tensor<T, B>& loss,
@@ -139,20 +148,16 @@ void cross_entropy_rows(const Tensor<T, B>& logits, const Tensor<int64_t, B>& la
   const Tensor<T, B> x = logits.contiguous();
   const Tensor<int64_t, B> l = labels.contiguous();
   const int64_t n = x.shape()[0], c = x.shape()[1];
-  const double keep = 1.0 - o.label_smoothing;
-  const double smooth_per_class = c ? o.label_smoothing / static_cast<double>(c) : 0.0;
-  const T* px = x.data();
-  const int64_t* pl = l.data();
-  T *ploss = loss.data(), *plse = lse.data();
-  parallel_for(n, 4 * c, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      double lsev = 0;
-      const double v =
-          cross_entropy_row(px + i * c, c, pl[i], o.ignore_index, keep, smooth_per_class, lsev);
-      plse[i] = static_cast<T>(lsev);
-      ploss[i] = static_cast<T>(v);
-    }
-  });
+  backend::loss_kernel<B>::cross_entropy_rows(cross_entropy_rows_problem<T>{
+      .x = x.data(),
+      .labels = l.data(),
+      .n = n,
+      .c = c,
+      .ignore_index = o.ignore_index,
+      .keep = 1.0 - o.label_smoothing,
+      .smooth_per_class = c ? o.label_smoothing / static_cast<double>(c) : 0.0,
+      .loss = loss.data(),
+      .lse = lse.data()});
 }
 
 // ---- the composed path (backends the host cannot read) -----------------------------------------
@@ -265,14 +270,14 @@ Tensor<T, B> loss_grad_column(const Tensor<T, B>& grad_loss, Reduction r,
 }
 
 /// Per-sample cross-entropy [N] of checked logits and labels, and the rows' logsumexp in lse
-/// (kept by autograd for the backward pass): the fused row loop on the CPU, composed ops
-/// elsewhere.
+/// (kept by autograd for the backward pass): the backend's row kernel where it has one, composed
+/// ops elsewhere.
 template <class T, class B>
 Tensor<T, B> cross_entropy_samples(const Tensor<T, B>& logits, const Tensor<int64_t, B>& labels,
                                    const CrossEntropyOptions& o, Tensor<T, B>& lse) {
   const int64_t n = logits.shape()[0], c = logits.shape()[1];
   Tensor<T, B> loss(Shape{n});
-  if constexpr (backend::memory<B>::host_accessible) {
+  if constexpr (has_cross_entropy_rows<T, B>) {
     lse = Tensor<T, B>(Shape{n});
     cross_entropy_rows(logits, labels, o, loss, lse);
   } else if (c == 0) {
@@ -375,7 +380,29 @@ Tensor<T, B> cross_entropy_grad_checked(const Tensor<T, B>& grad_loss, const Ten
   if (per_sample ? !(grad_loss.shape() == Shape{n}) : grad_loss.numel() != 1)
     detail::fail<shape_error>("cross_entropy_backward", "grad_loss of shape ", grad_loss.shape(),
                               " for ", n, " samples");
-  if constexpr (!backend::memory<B>::host_accessible) {
+  if constexpr (has_cross_entropy_rows<T, B>) {
+    if (!lse.defined()) {
+      lse = Tensor<T, B>(Shape{n});
+      detail::cross_entropy_rows(logits, labels, opts, Tensor<T, B>(Shape{n}), lse);
+    }
+    const Tensor<T, B> x = logits.contiguous(), g = grad_loss.contiguous(), ls = lse.contiguous();
+    const Tensor<int64_t, B> l = labels.contiguous();
+    Tensor<T, B> dx(logits.shape());
+    backend::loss_kernel<B>::cross_entropy_grad(cross_entropy_grad_problem<T>{
+        .x = x.data(),
+        .labels = l.data(),
+        .lse = ls.data(),
+        .grad = g.data(),
+        .n = n,
+        .c = c,
+        .ignore_index = opts.ignore_index,
+        .keep = 1.0 - opts.label_smoothing,
+        .smooth_per_class = opts.label_smoothing / static_cast<double>(c ? c : 1),
+        .scale = mean_scale(opts.reduction, counted),
+        .per_sample = per_sample,
+        .dx = dx.data()});
+    return dx;
+  } else {
     if (!lse.defined()) lse = logsumexp(logits, {1});
     const detail::cross_entropy_grad<T> f{opts.ignore_index, 1.0 - opts.label_smoothing,
                                           opts.label_smoothing / static_cast<double>(c ? c : 1)};
@@ -385,36 +412,6 @@ Tensor<T, B> cross_entropy_grad_checked(const Tensor<T, B>& grad_loss, const Ten
       return map(detail::gradient_over_count<T, detail::cross_entropy_grad<T>>{f}, logits, l, y,
                  cols, grad_loss.reshape({1, 1}), counted.device.reshape({1, 1}));
     return map(f, logits, l, y, cols, detail::loss_grad_column(grad_loss, opts.reduction, counted));
-  } else {
-    const double scale = mean_scale(opts.reduction, counted);
-    if (!lse.defined()) {
-      lse = Tensor<T, B>(Shape{n});
-      detail::cross_entropy_rows(logits, labels, opts, Tensor<T, B>(Shape{n}), lse);
-    }
-    const Tensor<T, B> x = logits.contiguous(), g = grad_loss.contiguous(), ls = lse.contiguous();
-    const Tensor<int64_t, B> l = labels.contiguous();
-    Tensor<T, B> dx(logits.shape());
-    const double smooth = opts.label_smoothing / static_cast<double>(c ? c : 1);
-    const double keep = 1.0 - opts.label_smoothing;
-    const T *px = x.data(), *pg = g.data(), *pls = ls.data();
-    const int64_t* pl = l.data();
-    T* pd = dx.data();
-    detail::parallel_for(n, 4 * c, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        T* out = pd + i * c;
-        if (pl[i] == opts.ignore_index) {
-          std::fill(out, out + c, T(0));
-          continue;
-        }
-        const double gi = static_cast<double>(pg[per_sample ? i : 0]) * scale;
-        const T* row = px + i * c;
-        const double lsev = pls[i];
-        for (int64_t j = 0; j < c; ++j)
-          out[j] = static_cast<T>(gi * (std::exp(static_cast<double>(row[j]) - lsev) - smooth));
-        out[pl[i]] = static_cast<T>(out[pl[i]] - gi * keep);
-      }
-    });
-    return dx;
   }
 }
 }  // namespace detail

@@ -14,7 +14,7 @@
 // element of a fragment a lane holds is opaque), so the host emulation of the CUDA runtime can
 // model it exactly and check this kernel's tiling, tails and epilogue without a GPU. WMMA
 // compiles to the same mma.sync instructions; ldmatrix, cp.async pipelines and wgmma are the
-// next steps once a GPU can measure them (docs/cuda.md).
+// next steps once a GPU can measure them (docs/cuda_internals.md).
 //
 // The kernel: 128 x 128 output tiles, 256 threads = 8 warps in a 2 x 4 grid, each warp 64 x 32
 // outputs as 4 x 2 accumulator fragments of 16 x 16; k in steps of bk (32, or 16 for tf32's
