@@ -101,7 +101,7 @@ racecheck_filter='CudaReduce*:CudaGemm/*:CudaGemmPipeline*:CudaGemmMma8*:CudaGem
 racecheck_filter+='CudaGemmWgmmaTma*:CudaConvChannelsLast*:CudaConvOps.Winograd*:CudaSoftmax*:'
 racecheck_filter+='CudaLoss*:CudaPool*'
 all_steps=(tests:150:60 bench_accept:150:60 memcheck:180:60 conv_fwd:100:40 train:60:30
-  torch:60:30 racecheck:150:60 synccheck:90:40 example:120:60 bench_rest:300:60
+  torch:60:30 racecheck:240:60 synccheck:90:40 example:120:60 bench_rest:300:60
   conv_rest:300:60)
 
 run_step() {  # run_step NAME: the command of step NAME
