@@ -228,16 +228,8 @@ class Dropout : public Module<T, B> {
   Variable<T, B> forward(const Variable<T, B>& x) override {
     if (!this->is_training() || p == 0) return x;
     const T scale = p == 1 ? T(0) : static_cast<T>(1 / (1 - p));
-    Tensor<T, B> mask(x.shape());
     const autograd::grad_fn::hashed_dropout_mask<T> f{default_generator().next(), 1 - p, scale};
-    if constexpr (requires { backend::map_kernel<B>::generate(f, mask.data(), mask.numel()); }) {
-      backend::map_kernel<B>::generate(f, mask.data(), mask.numel());
-    } else {  // a backend without generate: the index of each element, counted on the host
-      std::vector<T> host(static_cast<size_t>(mask.numel()));
-      for (size_t i = 0; i < host.size(); ++i) host[i] = f(static_cast<int64_t>(i));
-      backend::memory<B>::copy_from_host(mask.data(), host.data(), host.size() * sizeof(T));
-    }
-    return x * mask;
+    return x * generate<T, B>(x.shape(), f);
   }
 };
 

@@ -101,6 +101,22 @@ Tensor<T, B> linspace(double start, double end, int64_t steps) {
                                               : end - d * static_cast<double>(steps - 1 - i));
   return detail::from_host<T, B>(v, Shape{steps});
 }
+/// A new contiguous tensor whose element i (row-major) is f(i), for a functor of the element's
+/// index (a host-device one on device backends): map_kernel<B>::generate where the backend has
+/// it, else computed on the host and copied. Dropout's mask is made so, on the device itself.
+template <element_type T, backend_tag B = default_backend, class F>
+Tensor<T, B> generate(const Shape& shape, const F& f) {
+  Tensor<T, B> out(shape);
+  if constexpr (requires { backend::map_kernel<B>::generate(f, out.data(), out.numel()); }) {
+    backend::map_kernel<B>::generate(f, out.data(), out.numel());
+  } else {
+    std::vector<T> host(static_cast<size_t>(out.numel()));
+    for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<T>(f(static_cast<int64_t>(i)));
+    backend::memory<B>::copy_from_host(out.data(), host.data(), host.size() * sizeof(T));
+  }
+  return out;
+}
+
 /// Uniform in [lo, hi) from gen (drawn on the host, so every backend gets the same values).
 template <element_type T, backend_tag B = default_backend>
 Tensor<T, B> rand(const Shape& shape, Generator& gen, double lo = 0.0, double hi = 1.0) {
