@@ -248,12 +248,10 @@ __device__ __forceinline__ void cuda_wgmma_m64n128(Acc (&d)[64], uint64_t a, uin
 
 /// One stage of a warpgroup's products: over the stage's A tile at shared address `as` (rows
 /// 64 wg ..) and its B tile at bs (NT tiles of 128 columns, one after another), the wgmma
-/// m64n128 of each 32 bytes of k into acc[nt] for each 128 columns nt, committed as one group;
-/// then waits until only that group is in flight, so the previous stage's group is done (its
-/// slot may be refilled once the other warpgroup is done with it too) and this one's runs on.
+/// m64n128 of each 32 bytes of k into acc[nt] for each 128 columns nt, committed as one group.
 template <class In, bool ACol, bool BCol, int NT, class Acc>
-__device__ __forceinline__ void cuda_wgmma_stage(Acc (&acc)[NT][64], uint32_t as, uint32_t bs,
-                                                 int wg) {
+__device__ __forceinline__ void cuda_wgmma_issue_stage(Acc (&acc)[NT][64], uint32_t as, uint32_t bs,
+                                                       int wg) {
   cuda_wgmma_fence();
 #pragma unroll
   for (int s = 0; s < cuda_wgmma_row_bytes / 32; ++s)
@@ -263,6 +261,15 @@ __device__ __forceinline__ void cuda_wgmma_stage(Acc (&acc)[NT][64], uint32_t as
           acc[nt], cuda_wgmma_a_desc<ACol>(as, wg, s),
           cuda_wgmma_b_desc<BCol>(bs + static_cast<uint32_t>(nt) * cuda_wgmma_tile_bytes, s));
   cuda_wgmma_commit();
+}
+
+/// cuda_wgmma_issue_stage, then a wait until only that group is in flight, so the previous
+/// stage's group is done (its slot may be refilled once the other warpgroup is done with it too)
+/// and this one's runs on.
+template <class In, bool ACol, bool BCol, int NT, class Acc>
+__device__ __forceinline__ void cuda_wgmma_stage(Acc (&acc)[NT][64], uint32_t as, uint32_t bs,
+                                                 int wg) {
+  cuda_wgmma_issue_stage<In, ACol, BCol>(acc, as, bs, wg);
   cuda_wgmma_wait<1>();
 }
 
@@ -280,15 +287,7 @@ inline constexpr bool cuda_wgmma_promotes = cuda_mma_op<In>::fp8;
 template <class In, bool ACol, bool BCol, int NT, class Acc>
 __device__ __forceinline__ void cuda_wgmma_stage_promoted(Acc (&acc)[NT][64], Acc (&sum)[NT][64],
                                                           uint32_t as, uint32_t bs, int wg) {
-  cuda_wgmma_fence();
-#pragma unroll
-  for (int s = 0; s < cuda_wgmma_row_bytes / 32; ++s)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-      cuda_wgmma_m64n128<In, ACol, !BCol>(
-          acc[nt], cuda_wgmma_a_desc<ACol>(as, wg, s),
-          cuda_wgmma_b_desc<BCol>(bs + static_cast<uint32_t>(nt) * cuda_wgmma_tile_bytes, s));
-  cuda_wgmma_commit();
+  cuda_wgmma_issue_stage<In, ACol, BCol>(acc, as, bs, wg);
   cuda_wgmma_wait<0>();
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
