@@ -35,11 +35,11 @@
 // cuBLAS with CUBLAS_COMPUTE_32F_FAST_TF32), fp16 and bf16 (fp16/bf16 out, float accumulation),
 // int8 (int32 out), fp8 e4m3 (float out). Before timing, every tessera GEMM is checked against
 // cuBLAS on the same random inputs (fp8: against cuBLAS's float product of the widened operands;
-// output poisoned with NaN / a sentinel first): ‖tessera − cublas‖ / ‖cublas‖ is reported as the counter rel_err and a benchmark whose error exceeds its
-// type's bound fails with an error message. Timing: device events around each call, after a warm-up
-// call; the time Google Benchmark reports is the mean of the iterations, the counter median_us
-// their median, and TFLOP/s or GB/s is computed from the median. Without a GPU the program says so
-// and exits 0.
+// output poisoned with NaN / a sentinel first): ‖tessera − cublas‖ / ‖cublas‖ is reported as the
+// counter rel_err and a benchmark whose error exceeds its type's bound fails with an error message.
+// Timing: device events around each call, after a warm-up call; the time Google Benchmark reports
+// is the mean of the iterations, the counter median_us their median, and TFLOP/s or GB/s is
+// computed from the median. Without a GPU the program says so and exits 0.
 #include <benchmark/benchmark.h>
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -360,8 +360,7 @@ void bm_gemm(benchmark::State& st, impl who, int64_t m, int64_t k, int64_t n, do
     else
       cublas_gemm(in, ref);
     ts::matmul(in.a, b, c);
-    if (!within(st, rel_err(c, ref), tol, K == kind::fp8 ? "the float product" : "cuBLAS"))
-      return;
+    if (!within(st, rel_err(c, ref), tol, K == kind::fp8 ? "the float product" : "cuBLAS")) return;
     time_calls(st, [&] { ts::matmul(in.a, b, c); });
   } else {
     if constexpr (K == kind::fp8) {  // cuBLAS's own error, reported, not bounded

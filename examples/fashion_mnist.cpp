@@ -22,8 +22,8 @@
 #include <stdexcept>
 #include <string>
 #include <tessera/data/fashion_mnist.hpp>
-#include <tessera/nn/checkpoint.hpp>
 #include <tessera/nn.hpp>
+#include <tessera/nn/checkpoint.hpp>
 #include <tessera/optim.hpp>
 #include <tessera/tessera.hpp>
 #include <type_traits>

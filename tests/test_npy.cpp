@@ -22,8 +22,8 @@
 #include <limits>
 #include <random>
 #include <string>
-#include <tessera/nn/checkpoint.hpp>
 #include <tessera/io/idx.hpp>
+#include <tessera/nn/checkpoint.hpp>
 #include <tessera/tessera.hpp>
 #include <vector>
 

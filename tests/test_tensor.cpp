@@ -318,7 +318,8 @@ TEST(Tensor, AllocationOverflowIsAnError) {
 // generate: element i (row-major) is f(i), on the CPU's generate kernel; an empty shape gives an
 // empty tensor without calling f.
 TEST(Tensor, GenerateFillsEachElementFromItsIndex) {
-  const auto t = ts::generate<double, ts::cpu>({3, 5}, [](int64_t i) { return 0.5 * double(i * i); });
+  const auto t =
+      ts::generate<double, ts::cpu>({3, 5}, [](int64_t i) { return 0.5 * double(i * i); });
   ASSERT_EQ(t.shape(), (ts::Shape{3, 5}));
   for (int64_t r = 0; r < 3; ++r)
     for (int64_t c = 0; c < 5; ++c) EXPECT_EQ(t(r, c), 0.5 * double((5 * r + c) * (5 * r + c)));

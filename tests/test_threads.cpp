@@ -11,8 +11,8 @@
 #include <filesystem>
 #include <string>
 #include <tessera/autograd.hpp>
-#include <tessera/nn/checkpoint.hpp>
 #include <tessera/nn.hpp>
+#include <tessera/nn/checkpoint.hpp>
 #include <tessera/optim.hpp>
 #include <tessera/tessera.hpp>
 #include <thread>

@@ -884,13 +884,13 @@ TEST_F(Cuda, Float8BitsMeanWhatTheDeviceSaysTheyMean) {
   const auto dev_from = ts::from_vector<float, ts::cpu>(from, {n}).to<ts::cuda>();
   auto e4m3 = ts::zeros<float, ts::cuda>({256}), e5m2 = ts::zeros<float, ts::cuda>({256});
   auto to4 = ts::zeros<uint8_t, ts::cuda>({n}), to5 = ts::zeros<uint8_t, ts::cuda>({n});
-  device_fp8_conversions<<<1, 256, 0, ts::cuda_stream()>>>(e4m3.data(), e5m2.data(),
-                                                            dev_from.data(), to4.data(),
-                                                            to5.data(), n);
+  device_fp8_conversions<<<1, 256, 0, ts::cuda_stream()>>>(
+      e4m3.data(), e5m2.data(), dev_from.data(), to4.data(), to5.data(), n);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   const auto d4 = e4m3.to_vector(), d5 = e5m2.to_vector();
   for (int b = 0; b < 256; ++b) {
-    const float h4 = ts::float8_e4m3::from_bits(uint8_t(b)), h5 = ts::float8_e5m2::from_bits(uint8_t(b));
+    const float h4 = ts::float8_e4m3::from_bits(uint8_t(b)),
+                h5 = ts::float8_e5m2::from_bits(uint8_t(b));
     EXPECT_TRUE(std::isnan(h4) ? std::isnan(d4[b]) : h4 == d4[b])
         << "e4m3 bits " << b << ": device " << d4[b] << ", tessera " << h4;
     EXPECT_TRUE(std::isnan(h5) ? std::isnan(d5[b]) : h5 == d5[b])

@@ -1269,7 +1269,8 @@ TYPED_TEST(CudaOptim, SgdMatchesCpuForEveryFlagCombination) {
     const std::string what = "sgd case " + std::to_string(c);
     expect_close(dw.template to<ts::cpu>(), w, optim_rtol<T>(), optim_atol<T>(), what + " param");
     if (o.momentum > 0)
-      expect_close(dbuf.template to<ts::cpu>(), buf, optim_rtol<T>(), optim_atol<T>(), what + " buffer");
+      expect_close(dbuf.template to<ts::cpu>(), buf, optim_rtol<T>(), optim_atol<T>(),
+                   what + " buffer");
     ++c;
   }
 }
@@ -1296,7 +1297,8 @@ TYPED_TEST(CudaOptim, AdamAndAdamWMatchCpu) {
     const std::string what = "adam case " + std::to_string(c);
     expect_close(dw.template to<ts::cpu>(), w, optim_rtol<T>(), optim_atol<T>(), what + " param");
     expect_close(dm.template to<ts::cpu>(), m, optim_rtol<T>(), optim_atol<T>(), what + " exp_avg");
-    expect_close(dv.template to<ts::cpu>(), v, optim_rtol<T>(), optim_atol<T>(), what + " exp_avg_sq");
+    expect_close(dv.template to<ts::cpu>(), v, optim_rtol<T>(), optim_atol<T>(),
+                 what + " exp_avg_sq");
     ++c;
   }
 }

@@ -1,8 +1,8 @@
 // tessera/nn/checkpoint.hpp - save and load a module's state as a NumPy .npz archive.
 #pragma once
 
-#include "../nn.hpp"
 #include "../io/npy.hpp"
+#include "../nn.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 namespace io {

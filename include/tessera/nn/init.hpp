@@ -26,7 +26,8 @@ enum class fan_mode { fan_in, fan_out };
 /// fan_in and fan_out of a weight: dim 1 and dim 0 times the receptive field (the product of
 /// dims 2..); a 1-D tensor counts as [n, 1]. Throws shape_error for rank 0.
 inline std::pair<int64_t, int64_t> fans(const Shape& s) {
-  if (s.rank() == 0) tessera::detail::fail<shape_error>("init", "cannot compute fans of a 0-d tensor");
+  if (s.rank() == 0)
+    tessera::detail::fail<shape_error>("init", "cannot compute fans of a 0-d tensor");
   int64_t field = 1;
   for (int d = 2; d < s.rank(); ++d) field *= s[d];
   const int64_t in = s.rank() > 1 ? s[1] * field : 1;

@@ -133,11 +133,11 @@ double mean_scale(Reduction r, const label_count<T, B>& count) {
 
 /// Whether backend B has the cross-entropy row kernels (the CPU's).
 template <class T, class B>
-concept has_cross_entropy_rows =
-    requires(const cross_entropy_rows_problem<T>& p, const cross_entropy_grad_problem<T>& g) {
-      backend::loss_kernel<B>::cross_entropy_rows(p);
-      backend::loss_kernel<B>::cross_entropy_grad(g);
-    };
+concept has_cross_entropy_rows = requires(const cross_entropy_rows_problem<T>& p,
+                                          const cross_entropy_grad_problem<T>& g) {
+  backend::loss_kernel<B>::cross_entropy_rows(p);
+  backend::loss_kernel<B>::cross_entropy_grad(g);
+};
 
 /// Per-sample losses [N] in `loss` and row log-sum-exps [N] in `lse`, by the backend's row
 /// kernel (has_cross_entropy_rows).

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "../core/tensor.hpp"
-#include "tensor_copy.hpp"
 #include "../kernel/optim_problem.hpp"
 #include "map.hpp"
+#include "tensor_copy.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 

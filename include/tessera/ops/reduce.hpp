@@ -2,8 +2,8 @@
 // argmin, argmax, prod, norm, logsumexp.
 #pragma once
 
-#include "elementwise.hpp"
 #include "../kernel/reducers.hpp"
+#include "elementwise.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 

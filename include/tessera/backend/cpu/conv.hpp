@@ -19,8 +19,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "../../kernel/conv_problem.hpp"
 #include "../../core/backend.hpp"
+#include "../../kernel/conv_problem.hpp"
 #include "conv/buffers.hpp"
 #include "conv/direct.hpp"
 #include "conv/im2col.hpp"

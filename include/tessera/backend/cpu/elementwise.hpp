@@ -7,8 +7,8 @@
 #include <type_traits>
 
 #include "../../core/storage.hpp"
-#include "../../kernel/layout.hpp"
 #include "../../kernel/functors.hpp"
+#include "../../kernel/layout.hpp"
 #include "parallel.hpp"
 #include "simd/vec.hpp"
 

@@ -7,8 +7,8 @@
 #include <limits>
 #include <type_traits>
 
-#include "../../kernel/gemm_problem.hpp"
 #include "../../core/backend.hpp"
+#include "../../kernel/gemm_problem.hpp"
 #include "gemm/kernel_fp.hpp"
 #include "gemm/kernel_int8.hpp"
 #include "gemm/pack.hpp"

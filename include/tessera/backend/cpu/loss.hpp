@@ -21,9 +21,8 @@ struct loss_kernel<cpu> {
     detail::parallel_for(p.n, 4 * p.c, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         double lse = 0;
-        const double v = detail::cross_entropy_row(p.x + i * p.c, p.c, p.labels[i],
-                                                   p.ignore_index, p.keep, p.smooth_per_class,
-                                                   lse);
+        const double v = detail::cross_entropy_row(p.x + i * p.c, p.c, p.labels[i], p.ignore_index,
+                                                   p.keep, p.smooth_per_class, lse);
         p.lse[i] = static_cast<T>(lse);
         p.loss[i] = static_cast<T>(v);
       }
@@ -46,8 +45,8 @@ struct loss_kernel<cpu> {
         const T* row = p.x + i * c;
         const double lse = p.lse[i];
         for (int64_t j = 0; j < c; ++j)
-          out[j] = static_cast<T>(gi * (std::exp(static_cast<double>(row[j]) - lse) -
-                                        p.smooth_per_class));
+          out[j] = static_cast<T>(
+              gi * (std::exp(static_cast<double>(row[j]) - lse) - p.smooth_per_class));
         out[label] = static_cast<T>(out[label] - gi * p.keep);
       }
     });

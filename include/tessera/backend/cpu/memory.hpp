@@ -7,8 +7,8 @@
 #include <mutex>
 #include <new>
 
-#include "../../core/error.hpp"
 #include "../../core/backend.hpp"
+#include "../../core/error.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 

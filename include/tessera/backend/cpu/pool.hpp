@@ -31,9 +31,9 @@
 #include <utility>
 #include <vector>
 
+#include "../../core/backend.hpp"
 #include "../../core/dtype.hpp"
 #include "../../kernel/pool_problem.hpp"
-#include "../../core/backend.hpp"
 #include "parallel.hpp"
 #include "simd/vec.hpp"
 

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "../../core/storage.hpp"
-#include "../../kernel/layout.hpp"
 #include "../../kernel/functors.hpp"
+#include "../../kernel/layout.hpp"
 #include "parallel.hpp"
 #include "simd/vec.hpp"
 

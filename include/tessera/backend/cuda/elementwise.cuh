@@ -10,8 +10,8 @@
 #include <utility>
 
 #include "../../core/storage.hpp"
-#include "../../kernel/layout.hpp"
 #include "../../kernel/functors.hpp"
+#include "../../kernel/layout.hpp"
 #include "error.hpp"
 #include "launch.hpp"
 

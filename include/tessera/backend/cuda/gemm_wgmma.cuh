@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(cuda_wgmma_threads, 1)
     const auto b_at = [](int o, int i) { return BTile::at(o, i); };
     const auto slot = [&](int64_t kt) { return static_cast<int>(kt % S) * 2 * tile; };  // A, B
     constexpr bool promote = cuda_wgmma_promotes<In>;
-    Acc acc[1][64];                  // one 128-column tile (cuda_wgmma_stage)
+    Acc acc[1][64];                // one 128-column tile (cuda_wgmma_stage)
     Acc sum[1][promote ? 64 : 1];  // the promoted sums (fp8)
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[0][i] = Acc(0);

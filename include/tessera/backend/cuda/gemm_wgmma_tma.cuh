@@ -237,8 +237,7 @@ __global__ void __launch_bounds__(cuda_wgmma_tma_threads, 1)
         if (rows_inside) {
           const uint32_t as = stages + static_cast<uint32_t>(s) * stage_bytes;
           if constexpr (promote)
-            cuda_wgmma_stage_promoted<In, ACol, BCol>(acc, sum, as, as + cuda_wgmma_tile_bytes,
-                                                      wg);
+            cuda_wgmma_stage_promoted<In, ACol, BCol>(acc, sum, as, as + cuda_wgmma_tile_bytes, wg);
           else
             cuda_wgmma_stage<In, ACol, BCol>(acc, as, as + cuda_wgmma_tile_bytes, wg);
         }

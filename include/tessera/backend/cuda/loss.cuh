@@ -10,8 +10,8 @@
 #include <functional>
 #include <utility>
 
-#include "../../kernel/loss_problem.hpp"
 #include "../../core/backend.hpp"
+#include "../../kernel/loss_problem.hpp"
 #include "block_shared.cuh"
 #include "launch.hpp"
 

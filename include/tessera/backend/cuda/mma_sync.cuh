@@ -90,10 +90,10 @@ __device__ __forceinline__ void cuda_ldmatrix_x4(uint32_t (&r)[4], const void* r
 ///  - signed / unsigned char (.s8 / .u8): m16n8k32, int32 d wrapping like the other kernels
 ///    (sm_80+); float8_e4m3 / float8_e5m2 (.e4m3 / .e5m2): m16n8k32, float d (sm_89+; the
 ///    products are exact in float, how the instruction adds its 32 of them to d is NVIDIA's,
-///    docs/cuda_internals.md "fp8"). The registers hold the same bytes as for 16-bit inputs: a[0] holds
-///    A(g, 4t .. 4t + 3), a[1] A(g + 8, 4t ..), a[2] A(g, 4t + 16 ..), a[3] A(g + 8, 4t + 16 ..);
-///    b[0] B(4t .. 4t + 3, g), b[1] B(4t + 16 .., g); lower k in the lower byte; d as above. So
-///    ldmatrix (without .trans) of k-contiguous rows feeds both forms alike.
+///    docs/cuda_internals.md "fp8"). The registers hold the same bytes as for 16-bit inputs: a[0]
+///    holds A(g, 4t .. 4t + 3), a[1] A(g + 8, 4t ..), a[2] A(g, 4t + 16 ..), a[3] A(g + 8, 4t + 16
+///    ..); b[0] B(4t .. 4t + 3, g), b[1] B(4t + 16 .., g); lower k in the lower byte; d as above.
+///    So ldmatrix (without .trans) of k-contiguous rows feeds both forms alike.
 ///  - cuda_tf32_tag (.tf32): m16n8k8, float d (sm_80+); each register one float whose low 13
 ///    mantissa bits the instruction ignores (the caller rounds first). Again the same bytes: a[0]
 ///    holds A(g, t), a[1] A(g + 8, t), a[2] A(g, t + 4), a[3] A(g + 8, t + 4); b[0] B(t, g),
