@@ -8,7 +8,7 @@
 #   scripts/gpu_check.sh run [BUNDLE] [OUT_DIR] [STEP...]   on the GPU machine
 #
 # STEPs (default: all), most wanted first: tests bench_accept memcheck conv_fwd train torch
-# racecheck synccheck example bench_rest conv_rest. bench_accept is bench_cuda's rows that the
+# racecheck synccheck example profile bench_rest conv_rest. bench_accept is bench_cuda's rows that the
 # acceptance criteria read (copy ceiling, map, sum, tessera and cuBLAS GEMM), conv_fwd
 # bench_cuda_conv's forward rows against cuDNN, train bench_cuda_train, torch PyTorch's step;
 # bench_rest and conv_rest the other rows (tessera's design variants, the backward passes).
@@ -101,8 +101,20 @@ racecheck_filter='CudaReduce*:CudaGemm/*:CudaGemmPipeline*:CudaGemmMma8*:CudaGem
 racecheck_filter+='CudaGemmWgmmaTma*:CudaConvChannelsLast*:CudaConvOps.Winograd*:CudaSoftmax*:'
 racecheck_filter+='CudaLoss*:CudaPool*'
 all_steps=(tests:150:60 bench_accept:150:60 memcheck:180:60 conv_fwd:100:40 train:60:30
-  torch:60:30 racecheck:240:60 synccheck:90:40 example:120:60 bench_rest:300:60
+  torch:60:30 racecheck:240:60 synccheck:90:40 example:120:60 profile:150:40 bench_rest:300:60
   conv_rest:300:60)
+# profile: Nsight Compute's sections for the widest gaps to the anchors, one launch each:
+# PROGRAM|ROW FILTER|KERNEL REGEX|NAME (the regex may hold |, the filter not). The tf32 and
+# bf16 GEMMs of tessera and cuBLAS side by side, fp16 beside bf16, the depthwise convolution,
+# the sum. TESSERA_GPU_PROFILE replaces the list.
+profiles='bench_cuda|^gemm_tf32/tessera/8192x|wgmma|gemm_tf32
+bench_cuda|^gemm_tf32/cublas/8192x|gemm|sm90|cutlass|cublas_tf32
+bench_cuda|^gemm_bf16/tessera/8192x|wgmma|gemm_bf16
+bench_cuda|^gemm_fp16/tessera/8192x|wgmma|gemm_fp16
+bench_cuda|^gemm_bf16/cublas/8192x|gemm|sm90|cutlass|cublas_bf16
+bench_cuda_conv|^conv_fwd/fp32/tessera/depthwise|cuda_conv_depthwise|conv_depthwise
+bench_cuda|^stream/sum/|cuda_reduce|sum'
+profiles="${TESSERA_GPU_PROFILE:-$profiles}"
 
 run_step() {  # run_step NAME: the command of step NAME
   case "$1" in
@@ -115,6 +127,20 @@ run_step() {  # run_step NAME: the command of step NAME
     racecheck)
       "$sanitizer" --tool racecheck --error-exitcode 1 "$bin/tessera_cuda_tests" \
         "--gtest_filter=${TESSERA_GPU_RACECHECK_FILTER:-$racecheck_filter}" ;;
+    profile)
+      local ncu line prog filter regex name
+      ncu="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"
+      while IFS= read -r line; do
+        prog="${line%%|*}"; name="${line##*|}"; line="${line#*|}"; filter="${line%%|*}"
+        regex="${line#*|}"; regex="${regex%|*}"
+        echo "== $name: $prog $filter, kernels matching $regex"
+        "$ncu" --clock-control none --kernel-name "regex:$regex" --launch-skip 2 \
+          --launch-count 1 --section SpeedOfLight --section LaunchStats --section Occupancy \
+          --section WarpStateStats --section ComputeWorkloadAnalysis \
+          --section MemoryWorkloadAnalysis --section SchedulerStats \
+          "$bin/$prog" "--benchmark_filter=$filter" >"$out/profile_$name.txt" 2>&1
+        echo "rc=$? ($out/profile_$name.txt)"
+      done <<<"$profiles" ;;
     bench_accept) bench bench_cuda accept \
       '^(ceiling|stream)/|^gemm_[a-z0-9]+/(tessera|cublas)/' ;;
     bench_rest) bench bench_cuda rest '^gemm_[a-z0-9]+/tessera_' ;;
@@ -168,7 +194,7 @@ for entry in "${all_steps[@]}"; do
   # timeout runs the function through a child shell (a hanging kernel costs one step, not the
   # call); rc 124: stopped at its limit, its log kept so far.
   timeout -k 5 "$limit" bash -c "$(declare -f run_step bench); $(declare -p bin out sanitizer \
-    racecheck_filter); run_step $name" >"$out/$name.log" 2>&1
+    racecheck_filter profiles); run_step $name" >"$out/$name.log" 2>&1
   rc=$?
   summary+=("$(printf '%-14s rc=%-4s %4ss of %4ss' "$name" "$rc" "$((SECONDS - t0))" "$limit")")
 done

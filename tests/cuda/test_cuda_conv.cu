@@ -56,6 +56,14 @@ const conv_case conv_cases[] = {
     {{2, 3, 5, 6}, {4, 3, 1, 1}, {.padding = {1, 1}}, "1x1 padded"},
     {{2, 6, 8, 8}, {4, 3, 3, 3}, {.padding = {1, 1}, .groups = 2}, "groups 2"},
     {{2, 4, 7, 9}, {4, 1, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}, .groups = 4}, "depthwise"},
+    {{3, 5, 6, 7},
+     {5, 1, 5, 3},
+     {.padding = {2, 1}, .groups = 5, .padding_end = {1, 0}},
+     "depthwise 5x3 stride 1"},
+    {{2, 3, 9, 8},
+     {6, 1, 3, 3},
+     {.stride = {1, 2}, .padding = {2, 1}, .dilation = {2, 1}, .groups = 3},
+     "depthwise two per channel, dilated"},
     {{3, 8, 5, 6}, {5, 8, 1, 1}, {}, "pointwise"},
     {{2, 6, 4, 4}, {6, 3, 1, 1}, {.groups = 2}, "pointwise groups"},
     {{2, 3, 7, 7}, {4, 3, 1, 1}, {.stride = {2, 2}}, "1x1 stride 2"},
@@ -150,6 +158,13 @@ struct lowering_only {
   ~lowering_only() { ts::detail::cuda_conv_implicit_gemm() = true; }
 };
 
+// Depthwise layers' direct kernels switched off for a test's duration: they then run as GEMMs,
+// one per group.
+struct implicit_gemm_depthwise {
+  implicit_gemm_depthwise() { ts::detail::cuda_conv_direct_depthwise() = false; }
+  ~implicit_gemm_depthwise() { ts::detail::cuda_conv_direct_depthwise() = true; }
+};
+
 // Every forward case on the device against the CPU, with and without bias and ReLU.
 template <class T>
 void expect_forward_matches_cpu(const std::string& tag) {
@@ -210,6 +225,37 @@ void expect_gradients_match_cpu(const std::string& tag) {
 // Input gradients of stride-1 convolutions as implicit GEMM; the others lowered.
 TYPED_TEST(CudaConv, InputAndWeightGradientsMatchCpu) {
   expect_gradients_match_cpu<TypeParam>("conv2d backward ");
+}
+
+// Depthwise layers (one input channel per group) run direct kernels: the forward pass, the
+// input gradients built from it (stride 1, and each stride phase) and the weight gradient, one
+// launch per product.
+// Here the same cases with them switched off, through the implicit GEMM, one product per group.
+
+TYPED_TEST(CudaConv, DepthwiseThroughImplicitGemmMatchesCpu) {
+  const implicit_gemm_depthwise scope;
+  expect_forward_matches_cpu<TypeParam>("conv2d (depthwise as GEMM) ");
+  expect_gradients_match_cpu<TypeParam>("conv2d backward (depthwise as GEMM) ");
+}
+
+// The direct kernels are one launch for every group; switched off, one GEMM per group.
+TEST_F(CudaConvOps, DepthwiseForwardAndWeightGradientAreOneLaunch) {
+  const auto x = ints<float>({2, 6, 9, 8}, 5).to<ts::cuda>();
+  const auto w = ints<float>({12, 1, 3, 3}, 6).to<ts::cuda>();
+  const auto dy = ints<float>({2, 12, 9, 8}, 7).to<ts::cuda>();
+  const ts::Conv2dOptions o{.padding = {1, 1}, .groups = 6};
+  const auto launches = [](auto op) {
+    const int64_t before = ts::cuda_activity_counts().launches;
+    (void)op();
+    return ts::cuda_activity_counts().launches - before;
+  };
+  const auto forward = [&] { return ts::conv2d(x, w, o); };
+  const auto weight_grad = [&] { return ts::conv2d_backward_weight(dy, x, w.shape(), o); };
+  EXPECT_EQ(launches(forward), 1);
+  EXPECT_EQ(launches(weight_grad), 1);
+  const implicit_gemm_depthwise scope;
+  EXPECT_GE(launches(forward), 6);
+  EXPECT_GE(launches(weight_grad), 6);
 }
 
 // Every input gradient through the column matrix and col2im (what strided convolutions and
@@ -429,6 +475,7 @@ void expect_implicit_weight_gradients(const std::string& tag, bool tensor_core_t
   bool tensor_cores = false;
   if constexpr (!std::is_void_v<Cfg>)
     tensor_cores = tensor_core_type && d::cuda_built_for(d::cuda_gemm_tc<Cfg, T, T>, 80);
+  const implicit_gemm_depthwise gemm_only;  // depthwise layers too
   uint64_t seed = 700;
   for (const auto& c : conv_cases) {
     const auto x = ints<T>(c.x, seed++), w = ints<T>(c.w, seed++);

@@ -264,18 +264,19 @@ class CudaGemmPipeline : public CudaGemmTf32 {  // float: tf32 tensor cores
     return d::cuda_built_for(d::cuda_gemm_tc<Cfg, T, T>, 80);
   }
   /// Set while a case's batch offsets are not multiples of the batch index (device offset
-  /// arrays): TMA's tensor maps cannot express them, so wgmma keeps its cp.async feed.
+  /// arrays): TMA's tensor maps cannot express them, so wgmma keeps its cp.async feed (tf32
+  /// excepted: its operands are copied first).
   bool batch_offsets = false;
-  /// Which pipelines the operands of a product qualify for: none; all, tf32 on wgmma only after
-  /// a k-contiguous copy of some operand (m- or n-contiguous); all, read in place (k contiguous
-  /// in both: A row-major, B column-major).
+  /// Which pipelines the operands of a product qualify for: none; all, some operand m- or
+  /// n-contiguous; all, k contiguous in both (A row-major, B column-major). (tf32 on wgmma
+  /// copies both operands either way: the copies round them.)
   enum class fits { none, pipelines, k_major };
   /// op (one product on device tensors) against the CPU on each kernel that can take T x T.
   template <class Op, class... X>
   void expect_every_kernel(const std::string& what, fits f, Op op, const X&... xs) {
     namespace d = ts::detail;
     // wgmma: only where built for sm_90a (elsewhere that pass runs the mma.sync kernel); tf32
-    // operands that are not k-contiguous are packed for it first.
+    // operands are packed k-contiguous and rounded to tf32 for it first, whatever their layout.
     constexpr bool tf32 = std::is_same_v<T, float>;
     const bool wgmma_takes = tensor_cores() && d::cuda_wgmma_built();
     using kernel = d::cuda_gemm_pipeline;  // none: the register-staged kernel
@@ -303,16 +304,16 @@ class CudaGemmPipeline : public CudaGemmTf32 {  // float: tf32 tensor cores
       const bool wgmma_runs = on && k == kernel::wgmma && wgmma_takes;
       EXPECT_EQ(launches(kernel::wgmma) > wgmma_before, wgmma_runs)
           << what << name << ": which kernel ran";
+      // tf32's copies of both operands hold plain batch strides: TMA reads them.
       EXPECT_EQ(d::cuda_wgmma_tma_choice().launches.load() > tma_before,
-                wgmma_runs && tma && !batch_offsets)
+                wgmma_runs && tma && (tf32 || !batch_offsets))
           << what << name << ": fed by TMA";
       EXPECT_EQ(launches(kernel::mma_sync) > mma_before,
                 on && (k == kernel::mma_sync || (k == kernel::wgmma && !wgmma_runs)))
           << what << name << ": which kernel ran";
       EXPECT_EQ(launches(kernel::wmma) > wmma_before, on && k == kernel::wmma)
           << what << name << ": which kernel ran";
-      EXPECT_EQ(d::cuda_gemm_packed_operands().load() > packs,
-                wgmma_runs && tf32 && f == fits::pipelines)
+      EXPECT_EQ(d::cuda_gemm_packed_operands().load() > packs, wgmma_runs && tf32)
           << what << name << ": operands packed";
     }
   }

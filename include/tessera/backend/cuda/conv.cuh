@@ -16,7 +16,9 @@
 // phases (or with implicit GEMM off), W^T dy into a column matrix, then col2im gathers each input
 // element's taps (each element written once: no atomics). Under conv_algorithm::winograd, float
 // 3x3 layers run the forward pass and stride-1 input gradients as Winograd F(4x4, 3x3) instead,
-// and their weight gradients as F(3x3, 4x4) (winograd.cuh).
+// and their weight gradients as F(3x3, 4x4) (winograd.cuh). Depthwise layers (one input channel
+// per group) run their forward pass (and the input gradients made of it) and their weight
+// gradient as direct kernels (conv_depthwise.cuh) rather than a GEMM per channel.
 // Weight gradient: implicit GEMM (float and double on the SIMT kernel; half, bfloat16 and tf32
 // on the register-staged tensor-core kernel), k running over every (image, pixel) pair, dy's
 // rows and the input's taps gathered on load
@@ -44,6 +46,7 @@
 #include "../../kernel/conv_problem.hpp"
 #include "../../kernel/gemm_problem.hpp"
 #include "block_shared.cuh"
+#include "conv_depthwise.cuh"
 #include "error.hpp"
 #include "gemm.cuh"
 #include "launch.hpp"
@@ -409,6 +412,7 @@ struct conv_kernel<cuda> {
     const detail::conv_geometry& g = p.g;
     const int64_t cg = g.c / g.groups, kg = g.k / g.groups, K = cg * g.r * g.s, P = g.ho * g.wo;
     if (g.n == 0 || g.k == 0 || P == 0) return;
+    if (detail::cuda_conv_depthwise_forward(p)) return;
     const bool direct = g.is_pointwise();  // the images are the column matrices
     if (!direct && detail::cuda_conv_implicit_gemm() && detail::cuda_conv_implicit_fits(g))
       return run_implicit(p);
@@ -546,7 +550,7 @@ struct conv_kernel<cuda> {
         detail::cuda_conv_launch("cuda_conv_flip_weights", detail::cuda_conv_flip_weights<TW>,
                                  g.c * kg * g.r * g.s, g,
                                  detail::cuda_conv_tap_subset{0, g.r, 1, 0, g.s, 1}, p.w, wf);
-        return run_implicit(detail::conv_forward_problem<TG, TW, Acc>{t, p.dy, wf, p.dx});
+        return run(detail::conv_forward_problem<TG, TW, Acc>{t, p.dy, wf, p.dx});
       }
     }
     if (!direct && detail::cuda_conv_implicit_gemm() && (g.stride_h > 1 || g.stride_w > 1) &&
@@ -644,6 +648,7 @@ struct conv_kernel<cuda> {
     const detail::conv_geometry& g = p.g;
     const int64_t cg = g.c / g.groups, kg = g.k / g.groups, K = cg * g.r * g.s, P = g.ho * g.wo;
     if (g.k == 0 || K == 0) return;
+    if (detail::cuda_conv_depthwise_weight_grad_run(p)) return;
     if (detail::cuda_winograd_weight_grad(p)) return;  // conv_algorithm::winograd, 3x3 stride 1
     if constexpr (detail::cuda_conv_weight_grad_gathers<TG, TX>) {
       if (detail::cuda_conv_weight_grad_implicit(g)) return run_weight_grad_implicit(p);

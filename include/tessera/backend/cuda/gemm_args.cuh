@@ -123,6 +123,9 @@ struct cuda_gemm_args {
   Acc* partial = nullptr;
   int64_t k_chunk = 0;
   int64_t splits = 1;
+  // tf32 products: A and B hold tf32 values already (copies cuda_gemm_k_major rounded), which
+  // the TMA-fed wgmma kernel requires (it has no threads that round what TMA copies).
+  bool tf32_rounded = false;
 };
 
 /// The element offset of batch matrix z: from the offset array when there is one, else z times

@@ -24,6 +24,7 @@
 
 #include "block_shared.cuh"
 #include "gemm_args.cuh"
+#include "gemm_tc.cuh"
 #include "launch.hpp"
 #include "memory.hpp"
 
@@ -37,12 +38,15 @@ inline constexpr int cuda_pack_threads = 256;
 /// s_k]) for o < outer, kk < k, and 0 for k <= kk < ld: rows of ld elements (16 bytes' worth a
 /// multiple), so every row starts 16-byte aligned. T of 1, 2 or 4 bytes. Each 64 x 64 tile goes
 /// through shared memory: read with consecutive threads along the source's unit stride (k when
-/// s_k == 1, else o), written a 4-byte word per thread along k.
-template <class T>
+/// s_k == 1, else o), written a 4-byte word per thread along k. Tf32 (T float): each element
+/// written rounded to tf32 (to nearest, ties away, as the tensor-core kernels round what they
+/// copy), so a kernel may read the copy as it is.
+template <class T, bool Tf32 = false>
 __global__ void __launch_bounds__(cuda_pack_threads)
     cuda_pack_k_major(const T* src, int64_t s_outer, int64_t s_k, const int64_t* off, int64_t bs,
                       int64_t batch, int64_t outer, int64_t k, T* dst, int64_t ld) {
   static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4);
+  static_assert(!Tf32 || std::is_same_v<T, float>);
   constexpr int P = cuda_pack_tile, Threads = cuda_pack_threads;
   constexpr int W = 4 / static_cast<int>(sizeof(T));  // elements per word
   // Rows padded by one word: words stay 4-byte aligned, and a column read of 4-byte elements
@@ -76,7 +80,12 @@ __global__ void __launch_bounds__(cuda_pack_threads)
                 *reinterpret_cast<const uint32_t*>(&sh[o][kk]);
           } else {
 #pragma unroll
-            for (int v = 0; v < W; ++v) d[go * ld + gk + v] = sh[o][kk + v];
+            for (int v = 0; v < W; ++v) {
+              if constexpr (Tf32)
+                d[go * ld + gk + v] = cuda_tc_tf32::convert(sh[o][kk + v]);
+              else
+                d[go * ld + gk + v] = sh[o][kk + v];
+            }
           }
         }
       }
@@ -106,10 +115,12 @@ struct cuda_gemm_operand {
 /// Packs operand v (outer x k per batch matrix) into scratch (created here, to live until the
 /// product has been launched) with k contiguous, rows of k rounded up to 16 bytes, and returns
 /// the packed operand. Batch matrices are packed once each,
-/// or once in all when every batch index shares one (no offsets, batch stride 0).
+/// or once in all when every batch index shares one (no offsets, batch stride 0). With tf32
+/// (T float), every element rounded to tf32 on the way.
 template <class T>
 cuda_gemm_operand<T> cuda_pack_operand(const cuda_gemm_operand<T>& v, int64_t batch, int64_t outer,
-                                       int64_t k, std::optional<cuda_scratch>& scratch) {
+                                       int64_t k, std::optional<cuda_scratch>& scratch,
+                                       bool tf32 = false) {
   constexpr int64_t chunk = 16 / sizeof(T);  // elements per 16 bytes
   const int64_t ld = (k + chunk - 1) / chunk * chunk;
   const int64_t copies = v.off || v.bs ? batch : 1;
@@ -119,8 +130,19 @@ cuda_gemm_operand<T> cuda_pack_operand(const cuda_gemm_operand<T>& v, int64_t ba
       (outer + cuda_pack_tile - 1) / cuda_pack_tile * ((ld + cuda_pack_tile - 1) / cuda_pack_tile);
   const dim3 grid(cuda_grid(tiles * cuda_pack_threads, cuda_pack_threads),
                   static_cast<unsigned>(std::min<int64_t>(copies, 65535)));
-  cuda_launch("cuda_pack_k_major", cuda_pack_k_major<T>, grid, dim3(cuda_pack_threads), v.x,
-              v.s_outer, v.s_k, v.off, v.bs, copies, outer, k, dst, ld);
+  const auto launch = [&](auto kernel) {
+    cuda_launch("cuda_pack_k_major", kernel, grid, dim3(cuda_pack_threads), v.x, v.s_outer, v.s_k,
+                v.off, v.bs, copies, outer, k, dst, ld);
+  };
+  if constexpr (std::is_same_v<T, float>) {
+    if (tf32) {
+      launch(cuda_pack_k_major<T, true>);
+    } else {
+      launch(cuda_pack_k_major<T, false>);
+    }
+  } else {
+    launch(cuda_pack_k_major<T, false>);
+  }
   cuda_gemm_packed_operands().fetch_add(1, std::memory_order_relaxed);
   return {dst, ld, 1, nullptr, copies > 1 ? outer * ld : 0};
 }

@@ -208,24 +208,28 @@ cuda_tc_layout cuda_tc_async_layout(const gemm_problem<TA, TB, Acc, TC>& pr,
 /// p with both operands k-contiguous with 16-byte aligned rows (A row-major, B column-major): each
 /// read in place when it is so already (layout l, of p's operands), else from a k-contiguous copy
 /// (cuda_pack_operand) in packed_a / packed_b, which must live until the product has been
-/// launched.
+/// launched. With tf32, both are copied and rounded to tf32 on the way (tf32_rounded set), so
+/// the kernels read tf32 values without rounding in the product's loop: the copy costs a read
+/// and a write of each operand, against rounding every tile that every block loads.
 template <class TA, class TB, class Acc, class TC>
 cuda_gemm_args<TA, TB, Acc, TC> cuda_gemm_k_major(const gemm_problem<TA, TB, Acc, TC>& pr,
                                                   cuda_gemm_args<TA, TB, Acc, TC> p,
                                                   const cuda_tc_layout& l,
                                                   std::optional<cuda_scratch>& packed_a,
-                                                  std::optional<cuda_scratch>& packed_b) {
+                                                  std::optional<cuda_scratch>& packed_b,
+                                                  bool tf32 = false) {
   if (p.alpha == Acc(0)) return p;  // neither operand is read
-  if (!(l.a_fits && !l.a_col)) {
+  if (tf32 || !(l.a_fits && !l.a_col)) {
     const auto a = cuda_pack_operand(cuda_gemm_operand<TA>{p.a, p.a_rs, p.a_cs, p.a_off, p.a_bs},
-                                     pr.batch, p.m, p.k, packed_a);
+                                     pr.batch, p.m, p.k, packed_a, tf32);
     p.a = a.x, p.a_rs = a.s_outer, p.a_cs = a.s_k, p.a_off = a.off, p.a_bs = a.bs;
   }
-  if (!(l.b_fits && l.b_col)) {
+  if (tf32 || !(l.b_fits && l.b_col)) {
     const auto b = cuda_pack_operand(cuda_gemm_operand<TB>{p.b, p.b_cs, p.b_rs, p.b_off, p.b_bs},
-                                     pr.batch, p.n, p.k, packed_b);
+                                     pr.batch, p.n, p.k, packed_b, tf32);
     p.b = b.x, p.b_cs = b.s_outer, p.b_rs = b.s_k, p.b_off = b.off, p.b_bs = b.bs;
   }
+  p.tf32_rounded = tf32;
   return p;
 }
 
@@ -292,8 +296,8 @@ bool cuda_gemm_try_async(const gemm_problem<TA, TB, Acc, TC>& pr,
     if constexpr (std::is_same_v<In, cuda_tf32_tag>) {  // wgmma reads tf32 only k-contiguous
       if (cuda_gemm_choice(cuda_gemm_pipeline::wgmma).enabled && cuda_wgmma_built()) {
         std::optional<cuda_scratch> packed_a, packed_b;  // alive until the product is launched
-        if (cuda_gemm_run_split(cuda_gemm_k_major(pr, p, l, packed_a, packed_b), pr.batch, grid,
-                                cuda_split_min_tc, [&](dim3 g, const auto& q) {
+        if (cuda_gemm_run_split(cuda_gemm_k_major(pr, p, l, packed_a, packed_b, true), pr.batch,
+                                grid, cuda_split_min_tc, [&](dim3 g, const auto& q) {
                                   return cuda_gemm_wgmma_launch<In, false, true>(g, q, pr.batch);
                                 }))
           return true;

@@ -22,10 +22,11 @@
 // TMA zero-fills what lies outside the operands, so edges need no code; split k parts are whole
 // stages except the last, which ends at k (cuda_gemm_splits' granule is a multiple of a stage).
 // tf32: TMA copies float bits as they are, and the instruction would truncate them; tessera
-// rounds (to nearest, ties away, as the cp.async kernels' threads round what they copy). Here
-// the producer warpgroup's three idle warps do it: they wait on `full`, round the slot in place,
-// fence the async proxy and arrive on the slot's `ready` barrier, which the consumers wait on
-// instead of `full`.
+// rounds (to nearest, ties away, as the cp.async kernels' threads round what they copy) in the
+// k-contiguous copies it makes of both operands first (cuda_gemm_k_major), and this kernel takes
+// only operands so rounded (tf32_rounded). Rounding each slot in shared memory instead, by the
+// producer warpgroup's idle warps, cost a read and a write of every slot on the path between
+// TMA and wgmma: 0.29 of cuBLAS's speed at 8192^3 on an H200 (docs/perf/cuda_gemm.md).
 // Where it does not apply, dispatch keeps the cp.async kernel: the channels-last convolution's
 // gathered B, batch offsets held in device arrays rather than strides, extents
 // of 2^31 or more, or no tensor-map encoder in the driver.
@@ -60,14 +61,10 @@ inline constexpr int cuda_wgmma_tma_stages = BN == 256 ? 4 : 6;
 /// The bytes of one slot: A's tile (128 rows) and B's (BN columns), 128 bytes of k each.
 template <int BN>
 inline constexpr int cuda_wgmma_tma_slot_bytes = (cuda_wgmma_tile_rows + BN) * cuda_wgmma_row_bytes;
-/// The slots, their full, empty and (tf32) ready barriers, and room to align the slots to an
-/// atom.
+/// The slots, their full and empty barriers, and room to align the slots to an atom.
 template <int BN>
 inline constexpr int cuda_wgmma_tma_smem_bytes =
-    cuda_wgmma_tma_stages<BN>*(cuda_wgmma_tma_slot_bytes<BN> + 24) + cuda_wgmma_atom;
-/// tf32: the producer warpgroup's threads that round each landed slot to tf32 (all but the
-/// issuing warp), and so the arrivals that complete a slot's `ready` barrier.
-inline constexpr int cuda_wgmma_tma_rounders = 96;
+    cuda_wgmma_tma_stages<BN>*(cuda_wgmma_tma_slot_bytes<BN> + 16) + cuda_wgmma_atom;
 
 /// The tensor maps of a product's A and B (cuda_tma_operand_of), passed as a __grid_constant__
 /// kernel parameter: TMA reads them where the parameters live.
@@ -128,7 +125,6 @@ __global__ void __launch_bounds__(cuda_wgmma_tma_threads, 1)
   using Op = cuda_mma_op<In>;
   using E = typename Op::elem;
   using Acc = typename Op::acc;
-  constexpr bool round = Op::tf32;  // slots rounded to tf32 between `full` and `ready`
   static_assert(sizeof(TA) == sizeof(E) && sizeof(TB) == sizeof(E));
   static_assert(Op::size == 2 || (!ACol && BCol), "only 16-bit operands may be m/n-contiguous");
   static_assert(BN == 128 || BN == 256);
@@ -137,16 +133,14 @@ __global__ void __launch_bounds__(cuda_wgmma_tma_threads, 1)
   constexpr uint32_t stage_bytes = cuda_wgmma_tma_slot_bytes<BN>;
   const uint32_t raw = cuda_smem_address(cuda_dynamic_smem());
   const uint32_t stages = raw + (cuda_wgmma_atom - raw % cuda_wgmma_atom) % cuda_wgmma_atom;
-  const uint32_t bars = stages + S * stage_bytes;  // full[S], empty[S], ready[S]
+  const uint32_t bars = stages + S * stage_bytes;  // full[S], empty[S]
   const auto full = [&](int s) { return bars + 8u * static_cast<uint32_t>(s); };
   const auto empty = [&](int s) { return bars + 8u * static_cast<uint32_t>(S + s); };
-  const auto ready = [&](int s) { return bars + 8u * static_cast<uint32_t>(2 * S + s); };
   const int t = static_cast<int>(threadIdx.x);
   if (t == 0) {
     for (int s = 0; s < S; ++s) {
       cuda_mbarrier_init(full(s), 1);  // the producer's arrival, with the copies' bytes
       cuda_mbarrier_init(empty(s), cuda_wgmma_tma_consumers);
-      if constexpr (round) cuda_mbarrier_init(ready(s), cuda_wgmma_tma_rounders);
     }
     cuda_mbarrier_init_fence();
   }
@@ -163,32 +157,6 @@ __global__ void __launch_bounds__(cuda_wgmma_tma_threads, 1)
   if (t >= cuda_wgmma_tma_consumers) {  // the producer warpgroup: one thread issues the copies
     cuda_setmaxnreg<false, cuda_wgmma_tma_producer_regs>();
     if (!multiply) return;
-    if constexpr (round) {
-      // tf32: warps 1-3 of this warpgroup round every landed slot in place (to nearest, ties
-      // away, as the cp.async kernels' threads do with what they copy), then make their stores
-      // visible to wgmma's proxy and tell the consumers on `ready`.
-      const int r = t - cuda_wgmma_tma_consumers - 32;
-      if (r >= 0) {
-        unsigned char* const slots = cuda_dynamic_smem() + (stages - raw);
-        int64_t it = 0;
-        for (int64_t z = blockIdx.z; z < batch * p.splits; z += gridDim.z) {
-          const int64_t steps = cuda_split_of<BK>(p, z, batch).steps;
-          for (int64_t kt = 0; kt < steps; ++kt, ++it) {
-            const int s = static_cast<int>(it % S);
-            cuda_mbarrier_wait(full(s), static_cast<unsigned>((it / S) & 1));
-            auto* const v =
-                reinterpret_cast<float4*>(slots + static_cast<uint32_t>(s) * stage_bytes);
-            for (uint32_t i = static_cast<uint32_t>(r); i < stage_bytes / 16;
-                 i += cuda_wgmma_tma_rounders)
-              v[i] = {cuda_tc_tf32::convert(v[i].x), cuda_tc_tf32::convert(v[i].y),
-                      cuda_tc_tf32::convert(v[i].z), cuda_tc_tf32::convert(v[i].w)};
-            cuda_fence_proxy_async();
-            cuda_mbarrier_arrive(ready(s));
-          }
-        }
-        return;
-      }
-    }
     if (t != cuda_wgmma_tma_consumers) return;
     const auto [m0, n0] = origin();
     int64_t it = 0;  // k steps issued by this block, over every matrix: slot it % S
@@ -232,7 +200,7 @@ __global__ void __launch_bounds__(cuda_wgmma_tma_threads, 1)
     if (multiply) {
       for (int64_t kt = 0; kt < steps; ++kt, ++it) {
         const int s = static_cast<int>(it % S);
-        cuda_mbarrier_wait(round ? ready(s) : full(s), static_cast<unsigned>((it / S) & 1));
+        cuda_mbarrier_wait(full(s), static_cast<unsigned>((it / S) & 1));
         // After it the previous step's group is done: that slot may be refilled.
         if (rows_inside) {
           const uint32_t as = stages + static_cast<uint32_t>(s) * stage_bytes;
@@ -302,7 +270,8 @@ bool cuda_gemm_wgmma_tma_launch(dim3 grid,
                                 int64_t batch) {
   constexpr int64_t limit = int64_t{1} << 31;  // TMA coordinates are signed 32-bit
   if (!cuda_wgmma_tma_choice().enabled.load(std::memory_order_relaxed) || p.a_off || p.b_off ||
-      p.m >= limit || p.n >= limit || p.k >= limit || batch >= limit)
+      p.m >= limit || p.n >= limit || p.k >= limit || batch >= limit ||
+      (cuda_mma_op<In>::tf32 && !p.tf32_rounded))
     return false;
   const bool wide = !cuda_wgmma_promotes<In> && cuda_wgmma_tma_wide(p, batch);
   constexpr int bytes = cuda_mma_op<In>::size;
