@@ -2,6 +2,8 @@
 // the device is compared with the CPU backend's result on the same inputs (x.to<cuda>() ...
 // .to<cpu>()). Every test skips, with a message, when no CUDA device is visible, so the suite
 // builds and passes on GPU-less machines. Reductions are in test_cuda_reduce.cu.
+#include <bit>
+#include <limits>
 #include <sstream>
 #include <thread>
 
@@ -856,6 +858,69 @@ TEST(CudaEmulationOrder, ReverseRunsBlocksFromTheLast) {
 #endif
 
 }  // namespace
+
+// half on the device converts by cvt where the value is not NaN, by the format code otherwise
+// (core/half.hpp): every half bit pattern decodes, and every float of a sweep that holds every
+// half value, the midpoints between neighbours (ties) and a float either side of each, the
+// overflow edge and NaNs with payloads encodes, to the same bits as on the host. On the host
+// emulation both sides run the format code; on a GPU this checks cvt against it.
+__global__ void half_conversions(const int32_t* hb, float* hf, int nh, const float* f, int32_t* fb,
+                                 int nf) {
+  const int step = static_cast<int>(gridDim.x * blockDim.x);
+  const int first = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  for (int i = first; i < nh; i += step)
+    hf[i] = static_cast<float>(ts::half::from_bits(static_cast<uint16_t>(hb[i])));
+  for (int i = first; i < nf; i += step) fb[i] = ts::half(f[i]).bits;
+}
+
+TEST_F(Cuda, HalfConversionsOnTheDeviceEqualTheHosts) {
+  std::vector<int32_t> patterns(65536);  // half bits, as int32 (tensors hold no uint16)
+  for (int b = 0; b < 65536; ++b) patterns[static_cast<size_t>(b)] = b;
+  std::vector<float> floats;
+  const auto next = [](float x, int by) {
+    return std::bit_cast<float>(std::bit_cast<uint32_t>(x) + static_cast<uint32_t>(by));
+  };
+  for (uint32_t b = 0; b < 0x7c00u; ++b) {  // every finite non-negative half and its neighbours
+    const float v = ts::half::from_bits(static_cast<uint16_t>(b));
+    const float mid =
+        (v + static_cast<float>(ts::half::from_bits(static_cast<uint16_t>(b + 1)))) / 2;
+    for (const float x : {v, mid, next(mid, -1), next(mid, 1)})
+      floats.insert(floats.end(), {x, -x});
+  }
+  for (const float x :
+       {65504.0f, 65519.0f, 65519.996f, 65520.0f, 65536.0f, 1e9f,
+        std::numeric_limits<float>::infinity(), 0x1p-25f, next(0x1p-25f, 1), 0x1p-26f,
+        std::numeric_limits<float>::denorm_min(), std::bit_cast<float>(0x7fc00001u),
+        std::bit_cast<float>(0x7f812345u), std::bit_cast<float>(0xffc0abcdu)})
+    floats.insert(floats.end(), {x, -x});
+  const int nh = static_cast<int>(patterns.size()), nf = static_cast<int>(floats.size());
+  const auto dev_h = ts::from_vector<int32_t, ts::cpu>(patterns, {nh}).to<ts::cuda>();
+  const auto dev_f = ts::from_vector<float, ts::cpu>(floats, {nf}).to<ts::cuda>();
+  auto hf = ts::zeros<float, ts::cuda>({nh});
+  auto fb = ts::zeros<int32_t, ts::cuda>({nf});
+  ts::detail::cuda_launch("half_conversions", half_conversions, dim3(64), dim3(256), dev_h.data(),
+                          hf.data(), nh, dev_f.data(), fb.data(), nf);
+  const auto got_f = hf.to_vector();
+  const auto got_b = fb.to_vector();
+  int bad = 0;
+  for (int i = 0; i < nh && bad < 10; ++i) {
+    const float want = ts::half::from_bits(static_cast<uint16_t>(i));
+    if (std::bit_cast<uint32_t>(want) != std::bit_cast<uint32_t>(got_f[static_cast<size_t>(i)])) {
+      ++bad;
+      ADD_FAILURE() << "half bits " << i << " decode to " << got_f[static_cast<size_t>(i)]
+                    << " on the device, " << want << " on the host";
+    }
+  }
+  for (int i = 0; i < nf && bad < 10; ++i) {
+    const float x = floats[static_cast<size_t>(i)];
+    if (ts::half(x).bits != got_b[static_cast<size_t>(i)]) {
+      ++bad;
+      ADD_FAILURE() << std::hexfloat << x << " encodes to " << got_b[static_cast<size_t>(i)]
+                    << " on the device, " << ts::half(x).bits << " on the host";
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
 
 #if !defined(TESSERA_CUDA_HOST_EMULATION)
 #include <cuda_fp8.h>
