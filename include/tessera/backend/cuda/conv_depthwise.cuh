@@ -3,10 +3,10 @@
 //
 // A depthwise layer is a GEMM of one row of k = r * s per group: as implicit GEMM it is one
 // launch per channel, each a sliver of a tile (40x slower than cuDNN on an H200, 8 x 128 x 56 x
-// 56, 3x3). Here each thread computes one output from its r * s taps, read through L1 from the
-// one input plane the output channel sees; the weights of a plane are the same for every thread
-// that works on it. One launch for the whole layer, bound by the bytes of x and y. The weight
-// gradient: one block per weight, summing over every (image, pixel) pair, one launch.
+// 56, 3x3). Here each thread computes a strip of outputs of one row from their r * s taps, read
+// through L1 from the one input plane the output channel sees: one launch for the layer (1.75x
+// cuDNN there, fp32; docs/perf/cuda_depthwise.md). The weight gradient: one block per channel
+// (3x3) or per weight, summing over every (image, pixel) pair, one launch.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,8 +23,8 @@ namespace detail {
 
 inline constexpr int cuda_depthwise_threads = 256;
 
-/// Whether the forward pass of g runs the direct depthwise kernel (default true; tests switch it
-/// off to run the implicit GEMM on depthwise layers too).
+/// Whether depthwise layers run the direct kernels (default true; tests switch them off to run
+/// the implicit GEMMs on depthwise layers too).
 inline bool& cuda_conv_direct_depthwise() {
   static bool enabled = true;
   return enabled;
