@@ -137,7 +137,8 @@ run_step() {  # run_step NAME: the command of step NAME
         "$ncu" --clock-control none --kernel-name "regex:$regex" --launch-skip 2 \
           --launch-count 1 --section SpeedOfLight --section LaunchStats --section Occupancy \
           --section WarpStateStats --section ComputeWorkloadAnalysis \
-          --section MemoryWorkloadAnalysis --section SchedulerStats \
+          --section MemoryWorkloadAnalysis --section SchedulerStats --section SourceCounters \
+          --print-details all \
           "$bin/$prog" "--benchmark_filter=$filter" >"$out/profile_$name.txt" 2>&1
         echo "rc=$? ($out/profile_$name.txt)"
       done <<<"$profiles" ;;
