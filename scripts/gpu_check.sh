@@ -21,9 +21,11 @@
 # $OUT), the logs and JSON are also packed into results-N.tgz there beside report.md and
 # summary.txt: the device tool brings back a few files only.
 # Defaults: BUILD_DIR build-cuda, BUNDLE gpu-bundle, OUT_DIR gpu-results. `bundle` also packs the
-# folder into BUNDLE.tgz and says how much a device call then carries (a build for 90a alone,
-# 2026-11-27: 94 MB unpacked, 59 MiB packed, 61 MiB with the working tree, of the 64 MiB a call
-# may carry); `run` accepts the folder or the .tgz. `bundle` copies the
+# folder into BUNDLE.tar.xz (programs stripped of their symbol tables) and says how much a
+# device call then carries (a build for 90a alone, 2026-11-27: 96 MB unpacked; as .tgz 61 MiB,
+# 63 MiB with the working tree, which a call refused once untracked files were counted; as
+# .tar.xz about 53, of the 64 MiB a call may carry); `run` accepts the folder, the .tar.xz (xz,
+# or Python's lzma where the machine has no xz) or a .tgz. `bundle` copies the
 # programs (tessera_cuda_tests, bench_cuda, bench_cuda_conv, bench_cuda_train, fashion_mnist,
 # fashion_mnist_cuda: build them with the test-cuda preset for the GPU's architecture, e.g.
 # CMAKE_CUDA_ARCHITECTURES=90a, which also keeps the bundle small), the PyTorch script and the
@@ -49,12 +51,19 @@ if [[ "$mode" == bundle ]]; then
     awk '/libbenchmark|libgomp/ { print $3 }' | sort -u |
     while read -r lib; do cp -L "$lib" "$dest/lib/"; done
   cp "${TESSERA_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}"/*.gz "$dest/data/"
+  # The symbol tables only (the device code lives in the programs' fatbin sections).
+  for program in "$dest"/bin/*; do
+    file -b "$program" | grep -q '^ELF' && strip --strip-unneeded "$program"
+  done
   du -sh "$dest"
-  tar -czf "${dest%/}.tgz" -C "$(dirname "$dest")" "$(basename "$dest")"
-  du -sh "${dest%/}.tgz"
+  # xz: the programs' device code packs a quarter smaller than with gzip (the dataset is gzip
+  # already).
+  packed="${dest%/}.tar.xz"
+  tar -cf - -C "$(dirname "$dest")" "$(basename "$dest")" | xz -6 -T0 >"$packed"
+  du -sh "$packed"
   # A device call carries the working tree (the tracked files) and the bundle, 64 MiB in all.
   tracked=$(git ls-files -z | xargs -0 du -cb | tail -n 1 | cut -f 1)
-  total=$(($(stat -c %s "${dest%/}.tgz") + tracked))
+  total=$(($(stat -c %s "$packed") + tracked))
   echo "a device call carries $((total >> 20)) MiB with the working tree (at most 64)"
   if ((total > 62 << 20)); then
     echo "gpu_check: too close to the 64 MiB a device call carries: build for one architecture" \
@@ -70,9 +79,20 @@ fi
 bundle="${2:-gpu-bundle}"
 out="${3:-gpu-results}"
 mkdir -p "$out"
-if [[ "$bundle" == *.tgz ]]; then  # unpack next to the results (once: a second call reuses it)
-  unpacked="$out/$(basename "${bundle%.tgz}")"
-  [[ -x "$unpacked/bin/tessera_cuda_tests" ]] || tar -xzf "$bundle" -C "$out"
+if [[ "$bundle" == *.tgz || "$bundle" == *.tar.xz ]]; then
+  # Unpacked next to the results, once: a second call on the same machine reuses it.
+  name="$(basename "$bundle")"
+  unpacked="$out/${name%%.*}"
+  if [[ ! -x "$unpacked/bin/tessera_cuda_tests" ]]; then
+    if [[ "$bundle" == *.tgz ]]; then
+      tar -xzf "$bundle" -C "$out"
+    elif command -v xz >/dev/null; then
+      tar -xJf "$bundle" -C "$out"
+    else
+      python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+        "$bundle" "$out"
+    fi
+  fi
   bundle="$unpacked"
 fi
 export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
