@@ -258,6 +258,28 @@ TEST_F(CudaConvOps, DepthwiseForwardAndWeightGradientAreOneLaunch) {
   EXPECT_GE(launches(weight_grad), 6);
 }
 
+// Depthwise layers with more work than one grid of the direct kernels holds (the grid is capped
+// at 32 blocks per SM: on the emulation's 2 SMs, 16384 strips of the forward pass, 64 weights of
+// the gradient), so their grid-stride loops take a second turn: 3 x 8 x 40 x 70 (17,280 strips)
+// and a 5x5 kernel (200 weights, one block each).
+TEST_F(CudaConvOps, DepthwiseLayersBeyondOneGridMatchCpu) {
+  const std::pair<ts::Shape, ts::Shape> shapes[] = {{{3, 8, 40, 70}, {8, 1, 3, 3}},
+                                                    {{1, 8, 9, 9}, {8, 1, 5, 5}}};
+  uint64_t seed = 900;
+  for (const auto& [xs, ws] : shapes) {
+    const ts::Conv2dOptions o{.padding = {ws[2] / 2, ws[3] / 2}, .groups = 8};
+    const auto x = ints<float>(xs, seed++), w = ints<float>(ws, seed++);
+    const auto dy = ints<float>(ts::conv2d(x, w, o).shape(), seed++);
+    const auto xd = x.to<ts::cuda>(), wd = w.to<ts::cuda>(), dyd = dy.to<ts::cuda>();
+    const std::string what = "depthwise " + std::to_string(ws[2]) + "x" + std::to_string(ws[3]);
+    expect_close(ts::conv2d(xd, wd, o).to<ts::cpu>(), ts::conv2d(x, w, o), 0, 0, what);
+    expect_close(ts::conv2d_backward_input(dyd, wd, xs, o).to<ts::cpu>(),
+                 ts::conv2d_backward_input(dy, w, xs, o), 0, 0, what + " input gradient");
+    expect_close(ts::conv2d_backward_weight(dyd, xd, ws, o).to<ts::cpu>(),
+                 ts::conv2d_backward_weight(dy, x, ws, o), 0, 0, what + " weight gradient");
+  }
+}
+
 // Every input gradient through the column matrix and col2im (what strided convolutions and
 // geometries beyond the implicit GEMM's 32-bit positions take).
 TYPED_TEST(CudaConv, GradientsThroughLoweringMatchCpu) {
