@@ -308,6 +308,22 @@ TEST(Tensor, EmptyViewsKeepTheirOffset) {
   EXPECT_THROW((void)ts::matmul(a, b), ts::shape_error);
 }
 
+TEST(Tensor, EmptyViewsWithHugeStridesRunEveryKernel) {
+  // [0, INT64_MAX] is a valid empty shape (its nonzero extents fit); a step of 2^62 along its
+  // last dim keeps 2 elements 2^62 apart, so the first dim's stride (INT64_MAX) is compared with
+  // 2^62 * 2 when the kernels coalesce dims: that product overflowed (undefined behaviour, which
+  // the sanitizer build reports; fuzz_ops found it through a sum). Now such dims do not merge.
+  const int64_t top = std::numeric_limits<int64_t>::max();
+  const auto v = ts::zeros<float>({0, top}).slice(1, 0, top, int64_t{1} << 62);
+  ASSERT_EQ(v.shape(), (ts::Shape{0, 2}));
+  ASSERT_EQ(v.strides(), (ts::Strides{top, int64_t{1} << 62}));
+  EXPECT_EQ(ts::sum(v).item(), 0.0f);
+  EXPECT_EQ(ts::sum(v, {1}).shape(), (ts::Shape{0}));
+  EXPECT_EQ(ts::sum(v, {0}).to_vector(), (std::vector<float>{0, 0}));
+  EXPECT_EQ((v + v).shape(), (ts::Shape{0, 2}));
+  EXPECT_EQ(v.contiguous().shape(), (ts::Shape{0, 2}));
+}
+
 TEST(Tensor, AllocationOverflowIsAnError) {
   // 2^62 elements fit int64 but not bytes of a double.
   EXPECT_THROW(ts::empty<double>({int64_t{1} << 62}), ts::shape_error);

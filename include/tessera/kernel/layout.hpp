@@ -26,11 +26,16 @@ struct loop_nest {
       ++rank;
     }
     // Merge dim i into i+1 (outer into inner) when, for every operand, stepping the outer dim
-    // once equals stepping the inner dim through its whole extent.
+    // once equals stepping the inner dim through its whole extent. (A view of an empty tensor
+    // may hold strides whose product with an extent overflows: such dims do not merge.)
     int w = 0;
     for (int d = 1; d < rank; ++d) {
       bool merge = true;
-      for (int k = 0; k < N; ++k) merge &= strides[k][w] == strides[k][d] * shape[d];
+      for (int k = 0; k < N; ++k) {
+        int64_t through = 0;
+        merge &=
+            !__builtin_mul_overflow(strides[k][d], shape[d], &through) && strides[k][w] == through;
+      }
       if (merge) {
         shape[w] *= shape[d];
         for (int k = 0; k < N; ++k) strides[k][w] = strides[k][d];
