@@ -43,7 +43,6 @@
 #include <memory>
 #include <set>
 #include <string>
-#include <tessera/backend/cpu/simd/vec.hpp>
 #include <tessera/tessera.hpp>
 #include <thread>
 #include <type_traits>
@@ -76,7 +75,19 @@ void settle(const std::string& lib) {
 }
 
 // ---------------------------------------------------------------- FMA peak
-namespace simd = ts::detail::simd;
+// On the widest instruction set tessera compiled (its AVX-512 pass in a plain -O2 build), and
+// only registered where the CPU runs it.
+#if TESSERA_DETAIL_CPU_TOP == 2 && TESSERA_DETAIL_CPU_BASELINE < 2 && defined(__GNUC__) && \
+    !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")
+#define BENCH_PEAK_TARGETED
+constexpr ts::cpu_isa peak_isa = ts::cpu_isa::avx512;
+namespace simd = ts::isa_avx512::detail::simd;
+#else
+constexpr ts::cpu_isa peak_isa = static_cast<ts::cpu_isa>(TESSERA_DETAIL_CPU_BASELINE);
+namespace simd = ts::TESSERA_DETAIL_CPU_BASELINE_NS::detail::simd;
+#endif
 
 // Enough independent chains to cover FMA latency x FMA ports (4 x 2 on current x86) with room to
 // spare, while leaving registers for the two operands (16 registers on AVX2, 32 on AVX-512).
@@ -103,8 +114,13 @@ template <class T>
   return out[0];
 }
 
+#if defined(BENCH_PEAK_TARGETED)
+#pragma GCC pop_options
+#endif
+
 template <class T>
 void register_peak(const char* impl, int t) {
+  if (!ts::cpu_supports(peak_isa)) return;
   if constexpr (simd::available<T>) {
     const std::string name =
         std::string("peak/") + impl + "/" + simd::isa_name + "/threads:" + std::to_string(t);

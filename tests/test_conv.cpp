@@ -525,7 +525,7 @@ std::vector<conv_case> wide_stride2_cases() {
 }
 TYPED_TEST(ConvShapes, WideStrideTwoRows) { run_cases<TypeParam>(wide_stride2_cases(), 26); }
 
-#if defined(TESSERA_DETAIL_MASKED_TAILS) && defined(__linux__)
+#if (TESSERA_DETAIL_CPU_HAS_PASS_1 || TESSERA_DETAIL_CPU_HAS_PASS_2) && defined(__linux__)
 /// `count` floats that end exactly where an inaccessible page begins: touching one element past
 /// them faults (the test dies), which no comparison of values could show for an element that a
 /// masked vector loads and stores back unchanged.
@@ -556,13 +556,14 @@ class floats_before_guard_page {
 // vectors and one: each writes (copy) or adds to (scatter-add) exactly its elements, leaves the
 // elements before them alone (canaries), and touches nothing past its last element (a guard
 // page: a masked load or store one element too wide faults there).
-TEST(ConvCopies, StrideTwoRunsTouchExactlyTheirElements) {
+template <class Copy, class Add>
+void check_stride_two_runs(int64_t lanes, Copy copy_stride2_float, Add add_stride2_float) {
   constexpr float canary = -777.0f;
-  for (int64_t n = 1; n <= 3 * ts::detail::float_lanes + 1; ++n) {
+  for (int64_t n = 1; n <= 3 * lanes + 1; ++n) {
     floats_before_guard_page src(2 * n - 1);
     for (int64_t i = 0; i < 2 * n - 1; ++i) src.data()[i] = float(i + 1);
     std::vector<float> dst(static_cast<size_t>(n + 32), canary);
-    ts::detail::copy_stride2_float(dst.data() + 16, src.data(), n);
+    copy_stride2_float(dst.data() + 16, src.data(), n);
     for (int64_t i = 0; i < static_cast<int64_t>(dst.size()); ++i) {
       const int64_t at = i - 16;
       const float want = at >= 0 && at < n ? float(2 * at + 1) : canary;
@@ -571,12 +572,30 @@ TEST(ConvCopies, StrideTwoRunsTouchExactlyTheirElements) {
     floats_before_guard_page run(n), acc(2 * n - 1);
     for (int64_t i = 0; i < n; ++i) run.data()[i] = float(i + 1);
     for (int64_t i = 0; i < 2 * n - 1; ++i) acc.data()[i] = float(1000 * i);
-    ts::detail::add_stride2_float(acc.data(), run.data(), n);
+    add_stride2_float(acc.data(), run.data(), n);
     for (int64_t at = 0; at < 2 * n - 1; ++at)
       ASSERT_EQ(acc.data()[at], float(1000 * at) + (at % 2 ? 0.0f : float(at / 2 + 1)))
           << "scatter-add, n = " << n << ", element " << at;
   }
 }
+
+// The copies of every vector pass compiled here that this CPU runs.
+// (Through pointers: the copies are always-inline functions of the pass's instruction set.)
+#define TT_CHECK_STRIDE_TWO_RUNS(ns)                                                      \
+  check_stride_two_runs(ts::ns::detail::float_lanes, &ts::ns::detail::copy_stride2_float, \
+                        &ts::ns::detail::add_stride2_float)
+#if TESSERA_DETAIL_CPU_HAS_PASS_1
+TEST(ConvCopies, StrideTwoRunsTouchExactlyTheirElementsAvx2) {
+  if (!ts::cpu_supports(ts::cpu_isa::avx2)) GTEST_SKIP() << "this CPU has no AVX2";
+  TT_CHECK_STRIDE_TWO_RUNS(isa_avx2);
+}
+#endif
+#if TESSERA_DETAIL_CPU_HAS_PASS_2
+TEST(ConvCopies, StrideTwoRunsTouchExactlyTheirElementsAvx512) {
+  if (!ts::cpu_supports(ts::cpu_isa::avx512)) GTEST_SKIP() << "this CPU has no AVX-512";
+  TT_CHECK_STRIDE_TWO_RUNS(isa_avx512);
+}
+#endif
 #endif
 
 TYPED_TEST(ConvShapes, ZeroBatch) {
@@ -859,7 +878,7 @@ void check_thread_counts(const ts::Shape& xs, const ts::Shape& ws, const ts::Con
 TEST(ConvThreads, ManyTilesOneAndTwoThreads) {
   // [2, 64, 40, 40] * 3x3 64 pad 1: 1600 output pixels per image, several im2col tiles of 576
   // rows.
-  ASSERT_LT(ts::detail::conv_tile_columns<float>(64 * 9, sizeof(float), 1600), 1600)
+  ASSERT_LT(TT_IN_ACTIVE_PASS(detail::conv_tile_columns<float>(64 * 9, sizeof(float), 1600)), 1600)
       << "the case no longer spans several tiles";
   check_thread_counts({2, 64, 40, 40}, {64, 64, 3, 3}, {.padding = {1, 1}}, 21);
 }
@@ -939,8 +958,8 @@ bool same_bits(const ts::Tensor<float>& a, const ts::Tensor<float>& b) {
 // must differ from the direct one in its bits (the Winograd path ran) and stay within the
 // transforms' rounding (bound 1e-4 of the magnitude; one changed coefficient gives about 5e-2).
 TEST(ConvWinograd, EveryPassWithinItsRounding) {
-  if (!ts::detail::simd::available<float>)
-    GTEST_SKIP() << "the CPU's Winograd needs SIMD vectors (this build is scalar)";
+  if (ts::get_isa() == ts::cpu_isa::scalar)
+    GTEST_SKIP() << "the CPU's Winograd needs SIMD vectors (the scalar kernels run)";
   const conv_case cases[] = {
       {"pad 1, tails of 1 and 3", {2, 16, 9, 11}, {16, 16, 3, 3}, {.padding = {1, 1}}},
       {"no padding, 17 channels", {3, 17, 8, 8}, {20, 17, 3, 3}, {}},
@@ -949,10 +968,11 @@ TEST(ConvWinograd, EveryPassWithinItsRounding) {
       {"many small images", {9, 16, 6, 7}, {16, 16, 3, 3}, {.padding = {1, 1}}},
       {"blocks and slices", {2, 16, 60, 60}, {40, 16, 3, 3}, {.padding = {1, 1}}},
   };
-  const auto blocks = ts::detail::winograd_cpu_blocking(16, 40, 2 * 15 * 15);
-  ASSERT_LT(blocks.nt, 2 * 15 * 15) << "the last case no longer spans several blocks of tiles";
-  ASSERT_NE(15 * 15 % blocks.nt, 0) << "the last case's blocks no longer straddle its images";
-  ASSERT_LT(blocks.kb, 40) << "the last case no longer spans several slices of channels";
+  const int64_t nt = TT_IN_ACTIVE_PASS(detail::winograd_cpu_blocking(16, 40, 2 * 15 * 15).nt),
+                kb = TT_IN_ACTIVE_PASS(detail::winograd_cpu_blocking(16, 40, 2 * 15 * 15).kb);
+  ASSERT_LT(nt, 2 * 15 * 15) << "the last case no longer spans several blocks of tiles";
+  ASSERT_NE(15 * 15 % nt, 0) << "the last case's blocks no longer straddle its images";
+  ASSERT_LT(kb, 40) << "the last case no longer spans several slices of channels";
   constexpr double bound = 1e-4;
   uint64_t seed = 1300;
   for (const auto& c : cases) {

@@ -323,7 +323,8 @@ TEST(Map, StreamingStoresForLargeOutputs) {
       out, [](float a, float b) { return 3 * a - b; }, x, y);
   auto vx = x.to_vector(), vy = y.to_vector(), vo = out.to_vector();
   int64_t bad = 0;
-  for (int64_t i = 0; i < n; ++i) bad += vo[i] != 3 * vx[i] - vy[i];
+  // The vector passes may fuse 3 * a - b into one FMA (as -march=native would): within rounding.
+  for (int64_t i = 0; i < n; ++i) bad += std::abs(vo[i] - (3 * vx[i] - vy[i])) > 1e-6f;
   EXPECT_EQ(bad, 0);
   auto z = ts::map(ts::fn::axpy<float>{2.0f}, x, y);  // SIMD functor, fresh (aligned) output
   auto vz = z.to_vector();

@@ -304,11 +304,11 @@ bool run_gemm_case(const gemm_case& gc, ts::Generator& g) {
 
 template <class T>
 int64_t tile_mr() {
-  return static_cast<int64_t>(ts::detail::gemm_tile<T>::mr);
+  return static_cast<int64_t>(TT_IN_ACTIVE_PASS(detail::gemm_tile<T>::mr));
 }
 template <class T>
 int64_t tile_nr() {
-  return static_cast<int64_t>(ts::detail::gemm_tile<T>::nr);
+  return static_cast<int64_t>(TT_IN_ACTIVE_PASS(detail::gemm_tile<T>::nr));
 }
 
 /// {0, 1, 2, 3, 5, 9} and the sizes around the micro-tile.
@@ -375,8 +375,10 @@ TYPED_TEST(GemmNetlib, CacheBlockBoundaries) {
   // each (mc is large on big-L3 machines, so the products over all of mc, nc and kc are kept to
   // a few tens of millions of multiply-adds: the reference is a plain loop).
   using T = TypeParam;
-  const auto blk = ts::detail::gemm_blocks<T>();
-  const int64_t kc = blk.kc, mc = blk.mc, nc = blk.nc, mr = tile_mr<T>(), nr = tile_nr<T>();
+  const int64_t kc = TT_IN_ACTIVE_PASS(detail::gemm_blocks<T>().kc),
+                mc = TT_IN_ACTIVE_PASS(detail::gemm_blocks<T>().mc),
+                nc = TT_IN_ACTIVE_PASS(detail::gemm_blocks<T>().nc), mr = tile_mr<T>(),
+                nr = tile_nr<T>();
   ASSERT_GT(kc, 0);
   ASSERT_GT(mc, 0);
   ASSERT_GT(nc, 0);
@@ -408,12 +410,14 @@ TEST(GemmNetlib, BlockParametersAreSane) {
   // multiples of the tile where a packing scheme needs it.
   auto check = [](auto tag, const char* name) {
     using T = decltype(tag);
-    const auto b = ts::detail::gemm_blocks<T>();
+    const int64_t kc = TT_IN_ACTIVE_PASS(detail::gemm_blocks<T>().kc),
+                  mc = TT_IN_ACTIVE_PASS(detail::gemm_blocks<T>().mc),
+                  nc = TT_IN_ACTIVE_PASS(detail::gemm_blocks<T>().nc);
     EXPECT_GT(tile_mr<T>(), 0) << name;
     EXPECT_GT(tile_nr<T>(), 0) << name;
-    EXPECT_GT(b.kc, 0) << name;
-    EXPECT_GE(b.mc, tile_mr<T>()) << name;
-    EXPECT_GE(b.nc, tile_nr<T>()) << name;
+    EXPECT_GT(kc, 0) << name;
+    EXPECT_GE(mc, tile_mr<T>()) << name;
+    EXPECT_GE(nc, tile_nr<T>()) << name;
   };
   check(float{}, "float");
   check(double{}, "double");

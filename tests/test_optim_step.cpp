@@ -18,7 +18,7 @@
 #include <string>
 #include <tessera/tessera.hpp>
 // Until the umbrella header includes them; the backend header comes first, as in tessera.hpp.
-#include <tessera/backend/cpu/optim.hpp>
+#include <tessera/backend/cpu/kernels.hpp>
 #include <tessera/ops/optim_step.hpp>
 #include <utility>
 #include <vector>

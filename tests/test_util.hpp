@@ -10,6 +10,11 @@
 #include <tessera/tessera.hpp>
 #include <vector>
 
+/// The value of `call`, a name inside the CPU kernels' pass namespaces
+/// (detail::gemm_blocks<float>() .kc, say), taken from the pass of the instruction set the kernels
+/// run now (ts::get_isa()).
+#define TT_IN_ACTIVE_PASS(call) [&] { TESSERA_DETAIL_CPU_DISPATCH(call) }()
+
 namespace tt {
 namespace ts = tessera;
 

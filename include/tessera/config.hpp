@@ -6,27 +6,8 @@
 #define TESSERA_VERSION_PATCH 0
 #define TESSERA_VERSION_STRING "0.1.0"
 
-// The instruction set the CPU kernels are compiled for, from the compiler's target macros
-// (backend/cpu/simd/vec.hpp): TESSERA_DETAIL_SIMD_NS names it, and TESSERA_DETAIL_SIMD_VECTOR is 1
-// when it has vectors (every such ISA has a fused multiply-add), 0 for the scalar fallback
-// (TESSERA_SIMD_SCALAR, device code, or no supported ISA).
-#if defined(TESSERA_SIMD_SCALAR) || defined(__CUDA_ARCH__)
-// (Device passes of nvcc see the host's -march macros, but x86 vectors cannot live in device code.)
-#define TESSERA_DETAIL_SIMD_NS isa_scalar
-#define TESSERA_DETAIL_SIMD_VECTOR 0
-#elif defined(__AVX512F__)
-#define TESSERA_DETAIL_SIMD_NS isa_avx512
-#define TESSERA_DETAIL_SIMD_VECTOR 1
-#elif defined(__AVX2__) && defined(__FMA__)
-#define TESSERA_DETAIL_SIMD_NS isa_avx2
-#define TESSERA_DETAIL_SIMD_VECTOR 1
-#elif defined(__ARM_NEON) && defined(__aarch64__)
-#define TESSERA_DETAIL_SIMD_NS isa_neon
-#define TESSERA_DETAIL_SIMD_VECTOR 1
-#else
-#define TESSERA_DETAIL_SIMD_NS isa_scalar
-#define TESSERA_DETAIL_SIMD_VECTOR 0
-#endif
+// The CPU kernels' instruction sets are chosen in backend/cpu/kernels.hpp (compiled) and
+// backend/cpu/isa.hpp (run).
 
 // Functions usable from both host and device code (low-precision conversions, functors).
 #if defined(__CUDACC__)

@@ -79,7 +79,7 @@ template <class B>
 struct optim_kernel {
   static_assert(always_false<B>,
                 "tessera: backend has no optim_kernel (sgd_step/adam_step); the CPU one is in "
-                "<tessera/backend/cpu/optim.hpp>");
+                "<tessera/backend/cpu/kernels.hpp>");
 };
 
 /// Optional loss kernels of backend B. A backend whose memory the host cannot read may give

@@ -5,9 +5,11 @@
 // with_sgd_flags / with_adam_flags turn a problem's flags into template arguments, so each
 // backend instantiates one branch-free body per combination it meets.
 //
-// Arithmetic is in T with fused multiply-adds where the build's vector ISA has them
-// (TESSERA_DETAIL_SIMD_VECTOR, config.hpp), so the scalar tail rounds as the packs do; in the
-// scalar build, where std::fma may be a library call, a*b+c is used instead.
+// Arithmetic is in T. The packs use fused multiply-adds; the scalar tail does too where the
+// compiler's baseline has them (-mfma, AArch64, CUDA), so that it rounds as the packs do. Built
+// for baseline x86-64, where std::fma is a library call, the tail computes a*b+c, which the
+// compiler may or may not fuse inside a vector pass: a tail element can then differ from a
+// pack's in its last bit. Either way the result does not depend on the thread count.
 #pragma once
 
 #include <cmath>
@@ -33,7 +35,7 @@ struct lanes<T> {
   TESSERA_HOST_DEVICE static void store(T v, T* p) { *p = v; }
   TESSERA_HOST_DEVICE static T splat(T x) { return x; }
   TESSERA_HOST_DEVICE static T fma(T a, T b, T c) {
-#if TESSERA_DETAIL_SIMD_VECTOR
+#if defined(__FMA__) || defined(__aarch64__) || defined(__CUDA_ARCH__)
     return std::fma(a, b, c);  // the same single rounding as the vector lanes
 #else
     return a * b + c;

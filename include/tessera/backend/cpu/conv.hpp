@@ -12,7 +12,7 @@
 // im2col matrix is built one tile of output pixels at a time (conv/im2col.hpp), small enough to
 // stay in the cache between being written and being packed, so its full size never exists.
 // Which path runs for which shape is written down in docs/conv.md.
-#pragma once
+// Part of a kernel pass: included by isa_pass.hpp once per instruction set, no include guard.
 
 #include <algorithm>
 #include <cstdint>
@@ -21,11 +21,6 @@
 
 #include "../../core/backend.hpp"
 #include "../../kernel/conv_problem.hpp"
-#include "conv/buffers.hpp"
-#include "conv/direct.hpp"
-#include "conv/im2col.hpp"
-#include "conv/winograd.hpp"
-#include "gemm.hpp"
 #include "parallel.hpp"
 
 TESSERA_BEGIN_NAMESPACE
@@ -553,8 +548,7 @@ void conv_bias_backward_cpu(const conv_bias_backward_problem<T>& p) {
 }  // namespace detail
 
 namespace backend {
-template <>
-struct conv_kernel<cpu> {
+struct cpu_conv {
   template <class TX, class TW, class Acc>
   static void run(const detail::conv_forward_problem<TX, TW, Acc>& p) {
     detail::conv_forward_cpu(p);

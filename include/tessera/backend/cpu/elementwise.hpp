@@ -1,6 +1,6 @@
 // tessera/backend/cpu/elementwise.hpp - the CPU map kernel: n-ary elementwise over broadcast
 // strided operands, SIMD where the functor allows it, OpenMP over large work.
-#pragma once
+// Part of a kernel pass: included by isa_pass.hpp once per instruction set, no include guard.
 
 #include <concepts>
 #include <cstdint>
@@ -10,7 +10,6 @@
 #include "../../kernel/functors.hpp"
 #include "../../kernel/layout.hpp"
 #include "parallel.hpp"
-#include "simd/vec.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 namespace detail {
@@ -44,7 +43,8 @@ bool misaligned_for_stream(const T* p) {
 /// Contiguous row through a scalar functor, streamed: blocks are computed into an L1-resident
 /// buffer by the (compiler-vectorized) plain loop, then copied out with streaming stores.
 template <class Out, class F, class... In, size_t... K>
-void map_row_streamed(const F& f, Out* o, int64_t len, std::index_sequence<K...>, const In*... p) {
+TESSERA_ISA_FLATTEN void map_row_streamed(const F& f, Out* o, int64_t len,
+                                          std::index_sequence<K...>, const In*... p) {
   using V = simd::vec<Out>;
   constexpr int block = 256;
   alignas(64) Out buf[block];
@@ -61,8 +61,8 @@ void map_row_streamed(const F& f, Out* o, int64_t len, std::index_sequence<K...>
 /// One row of the iteration space: out[i*so] = f(in_k[i*s_k]...), i in [0, len). `stream`
 /// asks for non-temporal stores where the row is contiguous.
 template <class Out, class F, class... In, size_t... K>
-void map_row(const F& f, Out* o, int64_t so, const int64_t* s, int64_t len, bool stream,
-             std::index_sequence<K...> seq, const In*... p) {
+TESSERA_ISA_FLATTEN void map_row(const F& f, Out* o, int64_t so, const int64_t* s, int64_t len,
+                                 bool stream, std::index_sequence<K...> seq, const In*... p) {
   if constexpr (simd_callable<F, Out, In...>()) {
     using V = simd::vec<Out>;
     if (so == 1 && ((s[K] == 0 || s[K] == 1) && ...)) {
@@ -98,8 +98,7 @@ void map_row(const F& f, Out* o, int64_t so, const int64_t* s, int64_t len, bool
 
 namespace backend {
 
-template <>
-struct map_kernel<cpu> {
+struct cpu_map {
   /// out[i] = static_cast<Out>(f(i)) for i < n over contiguous out: values from their index
   /// alone (the dropout mask's counter-based random numbers), split across threads when large.
   template <class Out, class F>

@@ -1,6 +1,6 @@
 // tessera/backend/cpu/gemm.hpp - the CPU backend's GEMM: blocking, packing, threading and the
 // gemm_kernel<cpu> entry point (BLIS-style; the loop nest is drawn in gemm/blocking.hpp).
-#pragma once
+// Part of a kernel pass: included by isa_pass.hpp once per instruction set, no include guard.
 
 #include <algorithm>
 #include <atomic>
@@ -9,9 +9,6 @@
 
 #include "../../core/backend.hpp"
 #include "../../kernel/gemm_problem.hpp"
-#include "gemm/kernel_fp.hpp"
-#include "gemm/kernel_int8.hpp"
-#include "gemm/pack.hpp"
 #include "parallel.hpp"
 
 TESSERA_BEGIN_NAMESPACE
@@ -304,8 +301,7 @@ void gemm_run_cpu(const gemm_problem<TA, TB, Acc>& pr) {
 }  // namespace detail
 
 namespace backend {
-template <>
-struct gemm_kernel<cpu> {
+struct cpu_gemm {
   template <class TA, class TB, class Acc>
   static void run(const detail::gemm_problem<TA, TB, Acc>& pr) {
     detail::gemm_run_cpu(pr);

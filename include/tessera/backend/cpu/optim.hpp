@@ -9,7 +9,7 @@
 // The update bodies are kernel/optim_update.hpp's, shared with CUDA; this header adds their SIMD
 // lanes and the parallel split. The SIMD body and the scalar tail do exactly the same IEEE
 // operations, so an update is bit-identical for every thread count.
-#pragma once
+// Part of a kernel pass: included by isa_pass.hpp once per instruction set, no include guard.
 
 #include <algorithm>
 #include <cmath>
@@ -20,25 +20,33 @@
 #include "../../core/backend.hpp"
 #include "../../kernel/optim_update.hpp"
 #include "parallel.hpp"
-#include "simd/vec.hpp"
+
+// The pack lanes of this pass's vectors, beside the primary template (outside the pass's
+// namespace, still inside its target region).
+namespace tessera {
+inline namespace TESSERA_ABI_NAMESPACE {
+namespace detail::optim {
+template <class T>
+requires TESSERA_DETAIL_SIMD_NS::detail::simd::available<T>
+struct lanes<TESSERA_DETAIL_SIMD_NS::detail::simd::vec<T>> {
+  using V = TESSERA_DETAIL_SIMD_NS::detail::simd::vec<T>;
+  static constexpr int width = V::width;
+  static V load(const T* p) { return V::load(p); }
+  static void store(V v, T* p) { v.store(p); }
+  static V splat(T x) { return V::broadcast(x); }
+  static V fma(V a, V b, V c) { return TESSERA_DETAIL_SIMD_NS::detail::simd::fma(a, b, c); }
+  static V sqrt(V a) { return TESSERA_DETAIL_SIMD_NS::detail::simd::sqrt(a); }
+  static V max(V a, V b) { return TESSERA_DETAIL_SIMD_NS::detail::simd::max(a, b); }
+};
+}  // namespace detail::optim
+}  // namespace TESSERA_ABI_NAMESPACE
+}  // namespace tessera
 
 TESSERA_BEGIN_NAMESPACE
 namespace detail {
 
 namespace optim {
-
-template <class T>
-requires simd::available<T>
-struct lanes<simd::vec<T>> {
-  using V = simd::vec<T>;
-  static constexpr int width = V::width;
-  static V load(const T* p) { return V::load(p); }
-  static void store(V v, T* p) { v.store(p); }
-  static V splat(T x) { return V::broadcast(x); }
-  static V fma(V a, V b, V c) { return simd::fma(a, b, c); }
-  static V sqrt(V a) { return simd::sqrt(a); }
-  static V max(V a, V b) { return simd::max(a, b); }
-};
+using namespace ::tessera::TESSERA_ABI_NAMESPACE::detail::optim;
 
 /// Elements per parallel work item: a multiple of every vector width and of a cache line, so
 /// two threads never write one line.
@@ -46,7 +54,7 @@ inline constexpr int64_t block = 64;
 
 /// Runs range<pack> then range<scalar> for the tail over [b, e).
 template <class T, class F>
-void vector_then_tail(int64_t b, int64_t e, F&& range) {
+TESSERA_ISA_FLATTEN void vector_then_tail(int64_t b, int64_t e, F&& range) {
   if constexpr (simd::available<T>) b = range(simd::vec<T>{}, b, e);
   range(T{}, b, e);
 }
@@ -65,8 +73,7 @@ void run_blocks(int64_t n, int64_t cost, F&& range) {
 
 namespace backend {
 
-template <>
-struct optim_kernel<cpu> {
+struct cpu_optim {
   /// One SGD step over pr.n contiguous elements (see detail::sgd_problem).
   template <class T>
   static void sgd(const detail::sgd_problem<T>& pr) {

@@ -20,7 +20,7 @@
 // path. Global average pooling is a sum per plane (16 small planes per step on AVX-512). Max
 // backward of 2x2/2-shaped indices writes each window directly (AVX-512) instead of zero-filling
 // and scattering; anything else scatters.
-#pragma once
+// Part of a kernel pass: included by isa_pass.hpp once per instruction set, no include guard.
 
 #include <algorithm>
 #include <atomic>
@@ -35,16 +35,14 @@
 #include "../../core/dtype.hpp"
 #include "../../kernel/pool_problem.hpp"
 #include "parallel.hpp"
-#include "simd/vec.hpp"
 
 // The direct stride-2 kernels: AVX-512 (16 outputs per step, masked edges) where the target has
 // it, else AVX2 + FMA (8 per step), else none (the separable and scalar paths serve every case).
-#if !defined(TESSERA_SIMD_SCALAR) && !defined(__CUDA_ARCH__) && defined(__AVX512F__)
+#if defined(TESSERA_ISA_AVX512)
 #include <immintrin.h>
 #define TESSERA_DETAIL_POOL_AVX512 1
 #define TESSERA_DETAIL_POOL_AVX2 0
-#elif !defined(TESSERA_SIMD_SCALAR) && !defined(__CUDA_ARCH__) && defined(__AVX2__) && \
-    defined(__FMA__)
+#elif defined(TESSERA_ISA_AVX2)
 #include <immintrin.h>
 #define TESSERA_DETAIL_POOL_AVX512 0
 #define TESSERA_DETAIL_POOL_AVX2 1
@@ -904,8 +902,7 @@ namespace backend {
 
 /// The CPU pooling kernels. Every entry point takes contiguous NCHW planes described by
 /// detail::pool_problem (whose contract the ops layer has checked) and never throws.
-template <>
-struct pool_kernel<cpu> {
+struct cpu_pool {
   /// y = the maximum of each window (NaN when the window holds a NaN). When indices is not null
   /// it receives, per output, the flat index row * w + col within the input plane of the first
   /// maximum in row-major window order (the last NaN if any), as PyTorch.

@@ -1,6 +1,6 @@
 // tessera/backend/cpu/reduce.hpp - the CPU reduction kernel: any set of axes, accurate
 // (blocked + pairwise) and deterministic for any thread count.
-#pragma once
+// Part of a kernel pass: included by isa_pass.hpp once per instruction set, no include guard.
 
 #include <algorithm>
 #include <memory>
@@ -10,7 +10,6 @@
 #include "../../kernel/functors.hpp"
 #include "../../kernel/layout.hpp"
 #include "parallel.hpp"
-#include "simd/vec.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 namespace detail {
@@ -109,7 +108,7 @@ requires(simd_reducer<R, In>()) struct simd_partials<R, In> {
   V slot[64];
   uint64_t used = 0;
   explicit simd_partials(const R& r) : red(r) {}
-  void add_chunk(const In* q) {
+  TESSERA_ISA_FLATTEN void add_chunk(const In* q) {
     const V id = V::broadcast(red.identity());
     V a0 = id, a1 = id, a2 = id, a3 = id;
     for (int i = 0; i < reduce_chunk; i += step) {
@@ -128,7 +127,7 @@ requires(simd_reducer<R, In>()) struct simd_partials<R, In> {
     used |= uint64_t{1} << l;
   }
   bool empty() const { return used == 0; }
-  typename R::acc_type result() const {
+  TESSERA_ISA_FLATTEN typename R::acc_type result() const {
     V r = V::broadcast(red.identity());
     for (uint64_t u = used; u; u &= ~(uint64_t{1} << top_level(u)))
       r = red.vcombine(r, slot[top_level(u)]);
@@ -259,8 +258,7 @@ void reduce_columns(const R& red, const In* p, int64_t ncols, int64_t tile, cons
 
 namespace backend {
 
-template <>
-struct reduce_kernel<cpu> {
+struct cpu_reduce {
   /// Reduces `in` over its trailing dims [kept, rank) into out (whose shape is in's first `kept`
   /// extents), with reducer R: acc_type, identity(), step(acc, x, index), combine(a, b),
   /// finish(acc) -> Out. `index` is the element's row-major position in the reduced dims.

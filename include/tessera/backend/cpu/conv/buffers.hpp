@@ -1,11 +1,10 @@
 // tessera/backend/cpu/conv/buffers.hpp - what the CPU convolution kernels share: per-thread
 // buffers kept between calls, and the split of a convolution's work items over threads.
-#pragma once
+// Part of a kernel pass: included by isa_pass.hpp once per instruction set, no include guard.
 
 #include <algorithm>
 #include <cstdint>
 
-#include "../gemm.hpp"
 #include "../parallel.hpp"
 
 TESSERA_BEGIN_NAMESPACE

@@ -6,7 +6,7 @@
 // is a product with one row. Here each input row is padded and split into stride phases once
 // (padded_rows), so that every tap of every output vector is one contiguous load at any stride;
 // a register block of output channels x output vectors reuses each load.
-#pragma once
+// Part of a kernel pass: included by isa_pass.hpp once per instruction set, no include guard.
 
 #include <algorithm>
 #include <cstdint>
@@ -14,9 +14,6 @@
 #include <utility>
 
 #include "../../../kernel/conv_problem.hpp"
-#include "../gemm/pack.hpp"
-#include "../simd/vec.hpp"
-#include "short_copy.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 namespace detail {

@@ -4,20 +4,15 @@
 //
 // A tile covers every row of one image-group but only a range of output pixels, so the lowered
 // matrix never exists whole: its size is bounded by the tile, not by the image.
-#pragma once
+// Part of a kernel pass: included by isa_pass.hpp once per instruction set, no include guard.
 
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
 #include "../../../kernel/conv_problem.hpp"
-#include "../gemm/pack.hpp"
-#include "../simd/vec.hpp"
-#include "direct.hpp"
-#include "short_copy.hpp"
 
-#if (defined(__AVX512F__) || defined(__AVX2__)) && !defined(TESSERA_SIMD_SCALAR) && \
-    !defined(__CUDA_ARCH__)
+#if defined(TESSERA_ISA_AVX2)
 #include <immintrin.h>
 #endif
 

@@ -1,17 +1,13 @@
 // tessera/backend/cpu/conv/short_copy.hpp - copies and zero fills of short runs (the 14 to 56
 // elements of an image row in small CNNs) as whole or masked vectors, for the lowering
 // (im2col.hpp) and the padded rows of the direct kernels (direct.hpp).
-#pragma once
+// Part of a kernel pass: included by isa_pass.hpp once per instruction set, no include guard.
 
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
-#include "../gemm/pack.hpp"
-#include "../simd/vec.hpp"
-
-#if (defined(__AVX512F__) || defined(__AVX2__)) && !defined(TESSERA_SIMD_SCALAR) && \
-    !defined(__CUDA_ARCH__)
+#if defined(TESSERA_ISA_AVX2)
 #include <immintrin.h>
 #endif
 
@@ -27,10 +23,9 @@ namespace detail {
 #define TESSERA_DETAIL_KEEP_LOOPS
 #endif
 
-#if (defined(__AVX512F__) || defined(__AVX2__)) && !defined(TESSERA_SIMD_SCALAR) && \
-    !defined(__CUDA_ARCH__)
+#if defined(TESSERA_ISA_AVX2)
 #define TESSERA_DETAIL_MASKED_TAILS 1
-#if defined(__AVX512F__)
+#if defined(TESSERA_ISA_AVX512)
 /// The lowest n of 16 lanes (none for n <= 0, all for n >= 16).
 TESSERA_ALWAYS_INLINE __mmask16 low_mask16(int64_t n) {
   return n <= 0    ? __mmask16{0}
@@ -47,7 +42,7 @@ TESSERA_ALWAYS_INLINE __m256i low_mask8(int64_t n) {
 /// The last n < 16 (AVX-512) or n < 8 (AVX2) floats of a row, as one masked load and store:
 /// a 14-pixel row is then two instructions instead of fourteen scalar copies.
 TESSERA_ALWAYS_INLINE void copy_float_tail(float* dst, const float* src, int64_t n) {
-#if defined(__AVX512F__)
+#if defined(TESSERA_ISA_AVX512)
   const __mmask16 m = low_mask16(n);
   _mm512_mask_storeu_ps(dst, m, src ? _mm512_maskz_loadu_ps(m, src) : _mm512_setzero_ps());
 #else
@@ -57,7 +52,7 @@ TESSERA_ALWAYS_INLINE void copy_float_tail(float* dst, const float* src, int64_t
 }
 
 inline constexpr int float_lanes =
-#if defined(__AVX512F__)
+#if defined(TESSERA_ISA_AVX512)
     16;
 #else
     8;
@@ -69,7 +64,7 @@ TESSERA_ALWAYS_INLINE void copy_run_float(float* dst, const float* src, int64_t 
                                           const float* src_limit) {
   for (int64_t i = 0; i < n; i += float_lanes) {
     const int64_t c = std::min<int64_t>(n - i, float_lanes);
-#if defined(__AVX512F__)
+#if defined(TESSERA_ISA_AVX512)
     if (src + i + float_lanes <= src_limit)
       _mm512_storeu_ps(dst + i, _mm512_loadu_ps(src + i));
     else
@@ -91,7 +86,7 @@ TESSERA_ALWAYS_INLINE void copy_stride2_float(float* dst, const float* src, int6
     // Past the last vector, src[2 i + 2 * lanes - 1] is still inside the span read.
     const bool whole = i + float_lanes < n;
     const int64_t c = std::min<int64_t>(n - i, float_lanes), need = 2 * c - 1;
-#if defined(__AVX512F__)
+#if defined(TESSERA_ISA_AVX512)
     __m512 lo, hi;
     if (whole) {
       lo = _mm512_loadu_ps(s), hi = _mm512_loadu_ps(s + 16);
@@ -135,7 +130,7 @@ TESSERA_ALWAYS_INLINE void add_stride2_float(float* dst, const float* src, int64
     float* d = dst + 2 * i;
     const bool whole = i + float_lanes < n;
     const int64_t c = std::min<int64_t>(n - i, float_lanes), need = 2 * c - 1;
-#if defined(__AVX512F__)
+#if defined(TESSERA_ISA_AVX512)
     const __m512 v =
         c == 16 ? _mm512_loadu_ps(src + i) : _mm512_maskz_loadu_ps(low_mask16(c), src + i);
     const __m512i lo_idx = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
@@ -173,7 +168,7 @@ TESSERA_ALWAYS_INLINE void add_stride2_float(float* dst, const float* src, int64
 /// dst[0, n) = 0 with whole-vector stores, as copy_run_float.
 TESSERA_ALWAYS_INLINE void zero_run_float(float* dst, int64_t n) {
   for (int64_t i = 0; i < n; i += float_lanes)
-#if defined(__AVX512F__)
+#if defined(TESSERA_ISA_AVX512)
     _mm512_storeu_ps(dst + i, _mm512_setzero_ps());
 #else
     _mm256_storeu_ps(dst + i, _mm256_setzero_ps());

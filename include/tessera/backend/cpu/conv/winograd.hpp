@@ -12,7 +12,7 @@
 // The weight gradient (F(3x3, 4x4), conv_backward_weight_winograd) takes blocks of tiles too: the
 // inputs under them and dy's tiles transformed, per position a product summed over the tiles into
 // the thread's own [36][K][C] sums, which are added in thread order and transformed back.
-#pragma once
+// Part of a kernel pass: included by isa_pass.hpp once per instruction set, no include guard.
 
 #include <algorithm>
 #include <cstdint>
@@ -21,8 +21,6 @@
 
 #include "../../../kernel/conv_problem.hpp"
 #include "../../../kernel/winograd.hpp"
-#include "../gemm.hpp"
-#include "buffers.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 namespace detail {
@@ -78,7 +76,7 @@ struct winograd_cpu_tiles {
 /// Stores the first n lanes of v at dst, dst + stride, ...: one vector store when they are all
 /// lanes and contiguous, else lane by lane.
 template <class V>
-void winograd_cpu_store(V v, float* dst, int64_t n, int64_t stride) {
+TESSERA_ISA_FLATTEN void winograd_cpu_store(V v, float* dst, int64_t n, int64_t stride) {
   if (n == V::width && stride == 1) {
     v.store(dst);
   } else {
@@ -100,8 +98,9 @@ struct winograd_cpu_layout {
 /// d[i][j][lane] (any tiles: of one row, of several rows or images alike), then the transform
 /// runs on whole vectors.
 template <class V>  // simd::vec<float> (a template: scalar builds never instantiate it)
-void winograd_cpu_input(const conv_geometry& g, const float* x, const winograd_cpu_tiles& at,
-                        int64_t count, winograd_cpu_layout lay, float* v) {
+TESSERA_ISA_FLATTEN void winograd_cpu_input(const conv_geometry& g, const float* x,
+                                            const winograd_cpu_tiles& at, int64_t count,
+                                            winograd_cpu_layout lay, float* v) {
   constexpr int W = V::width;
   constexpr int64_t X = winograd_positions;
   const int64_t c = g.c, hw = g.h * g.w;
@@ -136,9 +135,9 @@ void winograd_cpu_input(const conv_geometry& g, const float* x, const winograd_c
 /// u] (a vector of tiles at a time; m must be readable one vector past count), plus `bias`, then
 /// ReLU if apply_relu, written into y ([n][k][ho][wo]) where inside the image.
 template <class V>  // simd::vec<float>, as for winograd_cpu_input
-void winograd_cpu_output(const conv_geometry& g, const float* m, int64_t ld,
-                         const winograd_cpu_tiles& at, int64_t count, int64_t o, float bias,
-                         bool apply_relu, float* y) {
+TESSERA_ISA_FLATTEN void winograd_cpu_output(const conv_geometry& g, const float* m, int64_t ld,
+                                             const winograd_cpu_tiles& at, int64_t count, int64_t o,
+                                             float bias, bool apply_relu, float* y) {
   constexpr int W = V::width;
   alignas(64) float r[4][4][W];
   for (int64_t u0 = 0; u0 < count; u0 += W) {
@@ -165,8 +164,8 @@ void winograd_cpu_output(const conv_geometry& g, const float* m, int64_t ld,
 /// xi, in the micro-kernel's packed layout (see conv_forward_winograd), zeros past k. Vectorized
 /// across input channels: each output channel's taps are first copied tap-major ([9][c]).
 template <class V>  // simd::vec<float>, as for winograd_cpu_input
-void winograd_cpu_weights(const float* w, int64_t k, int64_t c, int64_t panel, int64_t k_pad,
-                          float* u) {
+TESSERA_ISA_FLATTEN void winograd_cpu_weights(const float* w, int64_t k, int64_t c, int64_t panel,
+                                              int64_t k_pad, float* u) {
   constexpr int W = V::width, MR = gemm_tile<float>::mr;
   constexpr int64_t X = winograd_positions;
   thread_local std::vector<float> taps;
@@ -273,8 +272,9 @@ inline constexpr int64_t winograd_cpu_grad_tiles = 64;
 /// gradients e of output channel o at tile u (zeros past ho and wo), at e_out[(xi * k + o) * ld +
 /// u]. Vectorized across tiles as winograd_cpu_input.
 template <class V>  // simd::vec<float>, as for winograd_cpu_input
-void winograd_cpu_grad(const conv_geometry& g, const float* dy, const winograd_cpu_tiles& at,
-                       int64_t count, int64_t ld, float* e_out) {
+TESSERA_ISA_FLATTEN void winograd_cpu_grad(const conv_geometry& g, const float* dy,
+                                           const winograd_cpu_tiles& at, int64_t count, int64_t ld,
+                                           float* e_out) {
   constexpr int W = V::width;
   constexpr int64_t X = winograd_positions;
   const int64_t P = g.ho * g.wo;

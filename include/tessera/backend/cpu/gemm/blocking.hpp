@@ -11,7 +11,7 @@
 //         for ir in mc step mr: A micro-panel mr x kc, stays in L1 across the jr loop
 //           for jr in nc step nr: micro-kernel, B micro-panel streams from L2
 // This is BLIS's nest for the transposed problem (C row-major = C^T column-major).
-#pragma once
+// Part of a kernel pass: included by isa_pass.hpp once per instruction set, no include guard.
 
 #include <algorithm>
 #include <cstddef>
@@ -19,8 +19,6 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
-
-#include "../simd/vec.hpp"
 
 #if defined(__linux__)
 #include <unistd.h>
@@ -40,11 +38,7 @@ struct tile_shape {
   static constexpr int mr = MR, nr = NR, kgroup = KG;
 };
 
-// The scalar tiles serve TESSERA_SIMD_SCALAR builds, device passes and unknown targets alike.
-#if defined(TESSERA_SIMD_SCALAR) || defined(__CUDA_ARCH__)
-#define TESSERA_DETAIL_GEMM_SCALAR_TILES 1
-#endif
-#if !defined(TESSERA_DETAIL_GEMM_SCALAR_TILES) && defined(__AVX512F__)
+#if defined(TESSERA_ISA_AVX512)
 // 32 zmm registers. float 8 x 32: 16 accumulators; 8 broadcasts + 2 loads per 16 FMAs stays under
 // the two load ports at two FMAs per cycle, and 8 divides the power-of-two sizes (12 x 32 measured
 // no better, docs/perf/matmul.md). double 12 x 16: 24 accumulators + 2 B vectors + 1 broadcast.
@@ -52,27 +46,27 @@ template <>
 struct gemm_tile<float> : tile_shape<8, 32, 1> {};
 template <>
 struct gemm_tile<double> : tile_shape<12, 16, 1> {};
-#if defined(__AVX512VNNI__)
+#if defined(TESSERA_ISA_AVX512)
 template <>
 struct gemm_tile<int32_t> : tile_shape<12, 32, 4> {};
 #else  // the vpmaddwd emulation needs 6 more registers
 template <>
 struct gemm_tile<int32_t> : tile_shape<8, 32, 4> {};
 #endif
-#elif !defined(TESSERA_DETAIL_GEMM_SCALAR_TILES) && defined(__AVX2__) && defined(__FMA__)
+#elif defined(TESSERA_ISA_AVX2)
 // 16 ymm registers: 6 x 2 accumulators + 2 B vectors + 1 broadcast.
 template <>
 struct gemm_tile<float> : tile_shape<6, 16, 1> {};
 template <>
 struct gemm_tile<double> : tile_shape<6, 8, 1> {};
-#if defined(__AVXVNNI__)
+#if defined(TESSERA_ISA_AVXVNNI)
 template <>
 struct gemm_tile<int32_t> : tile_shape<6, 16, 4> {};
 #else
 template <>
 struct gemm_tile<int32_t> : tile_shape<4, 16, 4> {};
 #endif
-#elif !defined(TESSERA_DETAIL_GEMM_SCALAR_TILES) && defined(__ARM_NEON) && defined(__aarch64__)
+#elif defined(TESSERA_ISA_NEON)
 // 32 q registers: 8 x 3 accumulators + 3 B vectors + 1 broadcast.
 template <>
 struct gemm_tile<float> : tile_shape<8, 12, 1> {};

@@ -3,12 +3,10 @@
 // Per k step: NV vector loads of B (nr = NV * width columns) and MR broadcasts of A, MR * NV
 // FMAs into accumulators that stay in registers for the whole k block. One template serves every
 // ISA through simd::vec<T>; the tile shape comes from gemm_tile<T> (blocking.hpp).
-#pragma once
+// Part of a kernel pass: included by isa_pass.hpp once per instruction set, no include guard.
 
 #include <type_traits>
 
-#include "../simd/vec.hpp"
-#include "blocking.hpp"
 #include "epilogue.hpp"
 
 TESSERA_BEGIN_NAMESPACE

@@ -6,21 +6,20 @@
 //   AVX-512BW / AVX2 without VNNI: the bytes are widened to 16 bits (even and odd bytes apart)
 //   and multiplied with vpmaddwd, which cannot saturate (vpmaddubsw can: it is not used);
 //   elsewhere (NEON included, for now): plain scalar loops.
-#pragma once
+// Part of a kernel pass: included by isa_pass.hpp once per instruction set, no include guard.
 
 #include <cstring>
 
-#include "blocking.hpp"
 #include "epilogue.hpp"
 
-#if defined(__AVX2__) || defined(__AVX512F__)
+#if defined(TESSERA_ISA_AVX2)
 #include <immintrin.h>
 #endif
 
 TESSERA_BEGIN_NAMESPACE
 namespace detail {
 
-#if !defined(TESSERA_SIMD_SCALAR) && !defined(__CUDA_ARCH__) && defined(__AVX512BW__)
+#if defined(TESSERA_ISA_AVX512)
 struct int8_isa {
   using reg = __m512i;
   static constexpr int lanes = 16;
@@ -32,7 +31,7 @@ struct int8_isa {
     return _mm512_set1_epi32(v);
   }
   static reg dot4(reg acc, reg a, reg b) {
-#if defined(__AVX512VNNI__)
+#if defined(TESSERA_ISA_AVX512)
     return _mm512_dpbusd_epi32(acc, a, b);
 #else
     const reg lo8 = _mm512_set1_epi16(0x00ff);
@@ -51,7 +50,7 @@ struct int8_isa {
   static reg relu(reg x) { return _mm512_max_epi32(x, _mm512_setzero_si512()); }
 };
 #define TESSERA_DETAIL_HAVE_INT8_ISA 1
-#elif !defined(TESSERA_SIMD_SCALAR) && !defined(__CUDA_ARCH__) && defined(__AVX2__)
+#elif defined(TESSERA_ISA_AVX2)
 struct int8_isa {
   using reg = __m256i;
   static constexpr int lanes = 8;
@@ -63,7 +62,7 @@ struct int8_isa {
     return _mm256_set1_epi32(v);
   }
   static reg dot4(reg acc, reg a, reg b) {
-#if defined(__AVXVNNI__)
+#if defined(TESSERA_ISA_AVXVNNI)
     return _mm256_dpbusd_avx_epi32(acc, a, b);
 #else
     const reg lo8 = _mm256_set1_epi16(0x00ff);

@@ -2,7 +2,7 @@
 // converting the element type on the way (half/bfloat16/fp8 -> float, int8/uint8 -> the biased
 // bytes of the dot-product instructions). Packing reads any strides, so transposed operands are
 // never copied first.
-#pragma once
+// Part of a kernel pass: included by isa_pass.hpp once per instruction set, no include guard.
 
 #include <array>
 #include <cstdint>
@@ -13,9 +13,8 @@
 #include "../../../core/dtype.hpp"
 #include "../../../core/float8.hpp"
 #include "../../../core/half.hpp"
-#include "blocking.hpp"
 
-#if defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__)
+#if defined(TESSERA_ISA_AVX2)
 #include <immintrin.h>
 #endif
 
@@ -40,7 +39,7 @@ TESSERA_ALWAYS_INLINE P pack_convert(S x, [[maybe_unused]] const float* f8) {
   if constexpr (std::is_same_v<S, P>)
     return x;
   else if constexpr (std::is_same_v<S, half>) {
-#if defined(__F16C__)
+#if defined(TESSERA_ISA_AVX2)
     return static_cast<P>(_cvtsh_ss(x.bits));
 #else
     return static_cast<P>(static_cast<float>(x));
@@ -66,13 +65,13 @@ const float* float8_table_for() {
 template <class S>
 TESSERA_ALWAYS_INLINE auto load_as_float(const S* p) {
   using V = simd::vec<compute_t<S>>;  // vec<float>, named dependently: undefined in scalar builds
-#if defined(__AVX512F__) && !defined(TESSERA_SIMD_SCALAR)
+#if defined(TESSERA_ISA_AVX512)
   const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   if constexpr (std::is_same_v<S, half>)
     return V{_mm512_cvtph_ps(raw)};
   else
     return V{_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16))};
-#elif defined(__AVX2__) && defined(__F16C__) && !defined(TESSERA_SIMD_SCALAR)
+#elif defined(TESSERA_ISA_AVX2)
   const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   if constexpr (std::is_same_v<S, half>)
     return V{_mm256_cvtph_ps(raw)};
@@ -90,7 +89,7 @@ inline constexpr bool vector_convertible_v = std::is_same_v<P, float> &&
                                              (std::is_same_v<S, half> ||
                                               std::is_same_v<S, bfloat16>);
 
-#if (defined(__AVX2__) || defined(__AVX512F__)) && !defined(TESSERA_SIMD_SCALAR)
+#if defined(TESSERA_ISA_AVX2)
 /// Transposes an 8 x 8 float block: row r of src at src + r * ld becomes column r of dst, whose
 /// rows are ld_dst apart.
 TESSERA_ALWAYS_INLINE void transpose_8x8(const float* src, int64_t ld, float* dst, int64_t ld_dst) {

@@ -1,6 +1,6 @@
 // tessera/backend/cpu/simd/avx2.hpp - vec<float> and vec<double> on AVX2 + FMA (256-bit).
 // Internal: included by vec.hpp only.
-#pragma once
+// Part of a kernel pass: included by isa_pass.hpp once per instruction set, no include guard.
 
 #ifndef TESSERA_DETAIL_SIMD_NS
 #error "include tessera/backend/cpu/simd/vec.hpp instead of this file"

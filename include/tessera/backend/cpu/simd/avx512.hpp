@@ -1,7 +1,7 @@
 // tessera/backend/cpu/simd/avx512.hpp - vec<float> and vec<double> on AVX-512F (512-bit).
 // Internal: included by vec.hpp only. Needs AVX512F alone: the bitwise float operations go
 // through the integer forms because _mm512_and_ps and friends are AVX512DQ.
-#pragma once
+// Part of a kernel pass: included by isa_pass.hpp once per instruction set, no include guard.
 
 #ifndef TESSERA_DETAIL_SIMD_NS
 #error "include tessera/backend/cpu/simd/vec.hpp instead of this file"

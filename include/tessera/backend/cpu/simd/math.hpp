@@ -16,7 +16,7 @@
 // The polynomial coefficients are minimax fits (weighted Remez exchange in 60-digit arithmetic,
 // then rounded to T) of the reduced functions named next to them; their own error is below
 // 0.06 ulp, so the budget goes to the arithmetic.
-#pragma once
+// Part of a kernel pass: included by isa_pass.hpp once per instruction set, no include guard.
 
 #ifndef TESSERA_DETAIL_SIMD_NS
 #error "include tessera/backend/cpu/simd/vec.hpp instead of this file"

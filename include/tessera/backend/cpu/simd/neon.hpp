@@ -1,7 +1,7 @@
 // tessera/backend/cpu/simd/neon.hpp - vec<float> and vec<double> on AArch64 Advanced SIMD
 // (128-bit). Internal: included by vec.hpp only. AArch64 only: 32-bit NEON lacks vector division,
 // double lanes and the directed-rounding instructions used here.
-#pragma once
+// Part of a kernel pass: included by isa_pass.hpp once per instruction set, no include guard.
 
 #ifndef TESSERA_DETAIL_SIMD_NS
 #error "include tessera/backend/cpu/simd/vec.hpp instead of this file"

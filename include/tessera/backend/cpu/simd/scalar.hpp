@@ -4,7 +4,7 @@
 // vec<T> stays undefined and available<T> keeps its primary value, false, for every T, so kernels
 // take their scalar path (`if constexpr (simd::available<T>)`) and any stray use of vec<T> is a
 // compile error rather than a slow emulation.
-#pragma once
+// Part of a kernel pass: included by isa_pass.hpp once per instruction set, no include guard.
 
 #ifndef TESSERA_DETAIL_SIMD_NS
 #error "include tessera/backend/cpu/simd/vec.hpp instead of this file"

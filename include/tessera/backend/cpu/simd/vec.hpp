@@ -1,9 +1,8 @@
 // tessera/backend/cpu/simd/vec.hpp - fixed-width SIMD vectors for the CPU kernels.
 //
-// The instruction set is chosen at compile time from the compiler's target macros; exactly one
-// of avx512.hpp (__AVX512F__), avx2.hpp (__AVX2__ and __FMA__), neon.hpp (AArch64) or scalar.hpp
-// is included, then math.hpp. Defining TESSERA_SIMD_SCALAR forces the scalar fallback, where
-// available<T> is false and vec<T> is left undefined, whatever the target.
+// One pass of the kernels includes exactly one of avx512.hpp (TESSERA_ISA_AVX512), avx2.hpp
+// (TESSERA_ISA_AVX2), neon.hpp (TESSERA_ISA_NEON) or scalar.hpp, then math.hpp. In the scalar
+// pass available<T> is false and vec<T> is left undefined.
 //
 // Interface, for V = vec<float> and vec<double> when available<T> (all found by ADL on V):
 //   V::width, V::value_type, V::mask_t, member `r` (the native register),
@@ -24,18 +23,13 @@
 //   mantissa(x) = x / 2^exponent(x) in [1, 2), both for positive normal finite x only.
 // math.hpp adds exp, expm1, log, log1p, tanh, sigmoid for both types.
 //
-// Everything lives in an inline namespace named after the ISA (isa_avx2, ...). It is invisible to
-// users (tessera::detail::simd::vec still names it) but gives vec<float> a different mangled name
-// per ISA, so two translation units built with different -m flags cannot silently merge each
-// other's kernels at link time (config.hpp explains the pitfall). Consequence: do not forward
-// declare these templates yourself; include this header.
-#pragma once
+// Everything lives in the pass's namespace (tessera::isa_avx2::detail::simd, ...; see
+// ../isa_pass.hpp), so each instruction set's vec<float> is its own type.
+// Part of a kernel pass: included by isa_pass.hpp once per instruction set, no include guard.
 
 #include <type_traits>
 
 #include "../../../config.hpp"
-
-// TESSERA_DETAIL_SIMD_NS, the ISA, is chosen in config.hpp.
 
 TESSERA_BEGIN_NAMESPACE
 namespace detail::simd {
@@ -94,13 +88,11 @@ TESSERA_DETAIL_SIMD_DECLARE_NAME(mantissa)
 }  // namespace detail::simd
 TESSERA_END_NAMESPACE
 
-#if defined(TESSERA_SIMD_SCALAR) || defined(__CUDA_ARCH__)
-#include "scalar.hpp"
-#elif defined(__AVX512F__)
+#if defined(TESSERA_ISA_AVX512)
 #include "avx512.hpp"
-#elif defined(__AVX2__) && defined(__FMA__)
+#elif defined(TESSERA_ISA_AVX2)
 #include "avx2.hpp"
-#elif defined(__ARM_NEON) && defined(__aarch64__)
+#elif defined(TESSERA_ISA_NEON)
 #include "neon.hpp"
 #else
 #include "scalar.hpp"
