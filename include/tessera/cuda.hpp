@@ -25,3 +25,6 @@
 #include "backend/cuda/pool.cuh"
 #include "backend/cuda/reduce.cuh"
 #include "backend/cuda/streams.hpp"
+
+static_assert(tessera::complete_backend<tessera::cuda>,
+              "the CUDA backend misses a kernel family (kernel/contract.hpp)");

@@ -41,6 +41,7 @@
 #include "../../core/float8.hpp"
 #include "../../core/half.hpp"
 #include "../../core/storage.hpp"
+#include "../../kernel/contract.hpp"
 #include "../../kernel/conv_problem.hpp"
 #include "../../kernel/functors.hpp"
 #include "../../kernel/gemm_problem.hpp"
@@ -50,11 +51,23 @@
 #include "../../kernel/winograd.hpp"
 #include "gemm/epilogue.hpp"
 #include "isa.hpp"
+#include "memory.hpp"
 #include "parallel.hpp"
 
 // ---- which passes this translation unit compiles (0 scalar, 1 avx2, 2 avx512, 3 neon) --------
 #if defined(__x86_64__) && !defined(TESSERA_SIMD_SCALAR) && !defined(__CUDA_ARCH__)
+// GCC 12's AVX-512 intrinsics self-initialize placeholder registers (`__m512 __Y = __Y;`), which
+// -Wmaybe-uninitialized reports wherever they are inlined (GCC 13 silenced it in the header).
+// The AVX-512 pass is compiled in every translation unit, so silence it for the header's lines
+// here rather than in every user's -Werror build.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
+#else
+#include <immintrin.h>
+#endif
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) &&                    \
     defined(__AVX512VL__) && defined(__AVX512VNNI__) && defined(__AVX2__) && defined(__FMA__) && \
     defined(__F16C__)
@@ -229,3 +242,6 @@ struct optim_kernel<cpu> {
 
 }  // namespace backend
 TESSERA_END_NAMESPACE
+
+static_assert(tessera::complete_backend<tessera::cpu>,
+              "the CPU backend misses a kernel family (kernel/contract.hpp)");
