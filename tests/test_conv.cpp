@@ -580,10 +580,11 @@ void check_stride_two_runs(int64_t lanes, Copy copy_stride2_float, Add add_strid
 }
 
 // The copies of every vector pass compiled here that this CPU runs.
-// (Through pointers: the copies are always-inline functions of the pass's instruction set.)
-#define TT_CHECK_STRIDE_TWO_RUNS(ns)                                                      \
-  check_stride_two_runs(ts::ns::detail::float_lanes, &ts::ns::detail::copy_stride2_float, \
-                        &ts::ns::detail::add_stride2_float)
+// (Through pointers to their out-of-line forms: the copies are compiled for the pass's
+// instruction set.)
+#define TT_CHECK_STRIDE_TWO_RUNS(ns)                                                               \
+  check_stride_two_runs(ts::ns::detail::float_lanes, &ts::ns::detail::copy_stride2_float_outlined, \
+                        &ts::ns::detail::add_stride2_float_outlined)
 #if TESSERA_DETAIL_CPU_HAS_PASS_1
 TEST(ConvCopies, StrideTwoRunsTouchExactlyTheirElementsAvx2) {
   if (!ts::cpu_supports(ts::cpu_isa::avx2)) GTEST_SKIP() << "this CPU has no AVX2";

@@ -165,6 +165,15 @@ TESSERA_ALWAYS_INLINE void add_stride2_float(float* dst, const float* src, int64
   }
 }
 
+/// The two copies as ordinary functions, for tests: a pointer to an always-inline function
+/// cannot be called once the compiler resolves it.
+inline void copy_stride2_float_outlined(float* dst, const float* src, int64_t n) {
+  copy_stride2_float(dst, src, n);
+}
+inline void add_stride2_float_outlined(float* dst, const float* src, int64_t n) {
+  add_stride2_float(dst, src, n);
+}
+
 /// dst[0, n) = 0 with whole-vector stores, as copy_run_float.
 TESSERA_ALWAYS_INLINE void zero_run_float(float* dst, int64_t n) {
   for (int64_t i = 0; i < n; i += float_lanes)
