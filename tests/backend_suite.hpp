@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <string>
+#include <tessera/tessera.hpp>
 #include <vector>
 
 namespace backend_suite {
