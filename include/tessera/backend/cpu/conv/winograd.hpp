@@ -304,6 +304,42 @@ TESSERA_ISA_FLATTEN void winograd_cpu_grad(const conv_geometry& g, const float* 
     }
 }
 
+/// dw of output channel o (dw [K][C][3][3]): the threads' sums DW (one [36][K][C] block of
+/// `sums` floats per thread in acc) added in thread order, then A'^T DW A', on vectors of input
+/// channels. Flattened: winograd_taps_tile is baseline code taking this pass's vectors.
+template <class V>
+TESSERA_ISA_FLATTEN void winograd_cpu_weight_taps(const float* acc, int64_t o, int64_t k,
+                                                  int64_t c, int threads, int64_t sums,
+                                                  float* dw) {
+  constexpr int W = V::width;
+  constexpr int64_t X = winograd_positions;
+  for (int64_t ci0 = 0; ci0 < c; ci0 += W) {
+    const int64_t n = std::min<int64_t>(W, c - ci0);
+    alignas(64) float lanes[W] = {};
+    V m[36], r[3][3];
+    for (int64_t xi = 0; xi < X; ++xi) {
+      const float* at_xi = acc + (xi * k + o) * c + ci0;
+      if (n == W) {
+        m[xi] = V::load(at_xi);
+        for (int tt = 1; tt < threads; ++tt) m[xi] = m[xi] + V::load(at_xi + tt * sums);
+      } else {
+        for (int64_t l = 0; l < n; ++l) {
+          float sum = 0.0f;
+          for (int tt = 0; tt < threads; ++tt) sum += at_xi[tt * sums + l];
+          lanes[l] = sum;
+        }
+        m[xi] = V::load(lanes);
+      }
+    }
+    winograd_taps_tile(m, r);
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 3; ++j) {
+        r[i][j].store(lanes);
+        for (int64_t l = 0; l < n; ++l) dw[((o * c + ci0 + l) * 3 + i) * 3 + j] = lanes[l];
+      }
+  }
+}
+
 /// The weight gradient of p as Winograd F(3x3, 4x4) (see detail/winograd.hpp), returning true, or
 /// false having done nothing (the same conditions as conv_forward_winograd, and per-thread sums
 /// beyond 256 MiB together). Blocks of winograd_cpu_grad_tiles tiles of the batch: the inputs
@@ -319,7 +355,7 @@ bool conv_backward_weight_winograd(const conv_backward_weight_problem<TX, TG, Ac
     return false;
   } else {
     using V = simd::vec<TX>;  // float (dependent: scalar builds never look inside)
-    constexpr int W = V::width, MR = gemm_tile<float>::mr, NR = gemm_tile<float>::nr;
+    constexpr int MR = gemm_tile<float>::mr, NR = gemm_tile<float>::nr;
     constexpr int64_t X = winograd_positions;
     const conv_geometry& g = p.g;
     if (!winograd_chosen(g)) return false;
@@ -368,31 +404,7 @@ bool conv_backward_weight_winograd(const conv_backward_weight_problem<TX, TG, Ac
     });
     // dw[o][ci] = A'^T (sum over threads of DW[.][o][ci]) A', vectors of input channels.
     conv_parallel_items(k, X * c * threads, threads, [&](int64_t o, int) {
-      for (int64_t ci0 = 0; ci0 < c; ci0 += W) {
-        const int64_t n = std::min<int64_t>(W, c - ci0);
-        alignas(64) float lanes[W] = {};
-        V m[36], r[3][3];
-        for (int64_t xi = 0; xi < X; ++xi) {
-          const float* at_xi = acc + (xi * k + o) * c + ci0;
-          if (n == W) {
-            m[xi] = V::load(at_xi);
-            for (int tt = 1; tt < threads; ++tt) m[xi] = m[xi] + V::load(at_xi + tt * sums);
-          } else {
-            for (int64_t l = 0; l < n; ++l) {
-              float sum = 0.0f;
-              for (int tt = 0; tt < threads; ++tt) sum += at_xi[tt * sums + l];
-              lanes[l] = sum;
-            }
-            m[xi] = V::load(lanes);
-          }
-        }
-        winograd_taps_tile(m, r);
-        for (int i = 0; i < 3; ++i)
-          for (int j = 0; j < 3; ++j) {
-            r[i][j].store(lanes);
-            for (int64_t l = 0; l < n; ++l) p.dw[((o * c + ci0 + l) * 3 + i) * 3 + j] = lanes[l];
-          }
-      }
+      winograd_cpu_weight_taps<V>(acc, o, k, c, threads, sums, p.dw);
     });
     return true;
   }
