@@ -165,8 +165,9 @@ inline vec<T> exp(vec<T> x) {
   using C = math_detail::consts<T>;
   using math_detail::bc;
   // Clamping (NaN passes through min/max) bounds n so ldexp can still build 2^n; the clamp
-  // points are already past overflow and full underflow.
-  vec<T> xc = min(max(x, bc(C::exp_lo)), bc(C::exp_hi));
+  // points are already past overflow and full underflow. The constants come first: an ISA whose
+  // min/max must test the first operand for NaN (AVX2) then tests a constant, which folds.
+  vec<T> xc = min(bc(C::exp_hi), max(bc(C::exp_lo), x));
   auto [n, r] = math_detail::reduce_exp(xc);
   return ldexp(math_detail::expm1_reduced(r) + T(1), n);
 }
@@ -177,7 +178,7 @@ requires available<T>
 inline vec<T> expm1(vec<T> x) {
   using C = math_detail::consts<T>;
   using math_detail::bc;
-  vec<T> xc = min(max(x, bc(C::expm1_lo)), bc(C::exp_hi));
+  vec<T> xc = min(bc(C::exp_hi), max(bc(C::expm1_lo), x));  // constants first, as in exp
   auto [n, r] = math_detail::reduce_exp(xc);
   vec<T> em = math_detail::expm1_reduced(r);
   // e^x - 1 = 2^n em + (2^n - 1) with one fma rounding the sum. 2^n - 1 is exact up to
