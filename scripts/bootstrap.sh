@@ -5,7 +5,8 @@
 #
 #   example  compiler, CMake, Ninja, zlib, the Fashion-MNIST dataset  (workflow preset example)
 #   test     example + GoogleTest, Google Benchmark, Eigen, NumPy      (workflow preset test)
-#   bench    test + OpenBLAS, oneDNN and LibTorch as benchmark anchors (workflow preset bench)
+#   bench    test + OpenBLAS, oneDNN and LibTorch as benchmark anchors (workflow preset bench),
+#            xsimd and Highway (scripts/bench_simd_libs.sh)
 #   fuzz     example + clang and its fuzzer runtime                    (scripts/fuzz.sh)
 #
 # Idempotent: when everything is installed it touches nothing (no apt-get update). Needs root,
@@ -15,7 +16,8 @@ set -euo pipefail
 mode="${1:-test}"
 example_pkgs=(build-essential cmake ninja-build zlib1g-dev dataset-fashion-mnist)
 test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev python3-numpy)
-bench_pkgs=(libopenblas-dev libdnnl-dev ocl-icd-opencl-dev libtorch-dev)
+bench_pkgs=(libopenblas-dev libdnnl-dev ocl-icd-opencl-dev libtorch-dev libxsimd-dev libhwy-dev
+            pkg-config)
 fuzz_pkgs=(clang libclang-rt-dev)
 
 case "$mode" in
@@ -24,7 +26,7 @@ case "$mode" in
   bench) wanted=("${example_pkgs[@]}" "${test_pkgs[@]}" "${bench_pkgs[@]}") ;;
   fuzz) wanted=("${example_pkgs[@]}" "${fuzz_pkgs[@]}") ;;
   -h | --help)
-    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   *)
