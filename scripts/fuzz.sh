@@ -33,7 +33,9 @@ build() {
       continue
     fi
     echo "fuzz.sh: building $bin"
-    "$cxx" -std=c++20 -O1 -g -fno-omit-frame-pointer \
+    # -march=native: one kernel pass, the one the dispatch would run on this machine (the
+    # others would be compiled and never executed).
+    "$cxx" -std=c++20 -O1 -g -fno-omit-frame-pointer -march=native \
       -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
       -Iinclude "$src" -o "$bin" -lz
   done
