@@ -8,17 +8,16 @@
 // The counters give GFLOP/s (micro) and ns per element (exp, tanh); main() first prints each
 // library's worst error of exp and tanh in ulp against the double-precision libm result.
 #include <benchmark/benchmark.h>
+#include <hwy/contrib/math/math-inl.h>
+#include <hwy/highway.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
-#include <vector>
-
-#include <hwy/contrib/math/math-inl.h>
-#include <hwy/highway.h>
 #include <tessera/tessera.hpp>
+#include <vector>
 #include <xsimd/xsimd.hpp>
 
 namespace ts = tessera;
@@ -113,9 +112,9 @@ struct panels {
 };
 
 void set_flops(benchmark::State& st) {
-  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * MR * NR * KC,
-                                              benchmark::Counter::kIsIterationInvariantRate,
-                                              benchmark::Counter::kIs1000);
+  st.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * MR * NR * KC, benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1000);
 }
 
 template <class Ops>
@@ -132,8 +131,8 @@ void bm_micro_tessera_kernel(benchmark::State& st) {
   panels p;
   const tk::detail::gemm_epilogue<float> ep{};
   for (auto _ : st) {
-    tk::detail::gemm_micro_fp<float, MR>(KC, p.a.data(), p.b.data(), NR, p.c.data(), NR, 1, MR,
-                                         NR, ep, 0, 0);
+    tk::detail::gemm_micro_fp<float, MR>(KC, p.a.data(), p.b.data(), NR, p.c.data(), NR, 1, MR, NR,
+                                         ep, 0, 0);
     benchmark::ClobberMemory();
   }
   set_flops(st);
@@ -160,9 +159,9 @@ __attribute__((noinline)) void apply(const float* x, float* y, int64_t n) {
 }
 
 void set_per_element(benchmark::State& st) {
-  st.counters["ns/elem"] = benchmark::Counter(
-      static_cast<double>(N), benchmark::Counter::kIsIterationInvariantRate |
-                                  benchmark::Counter::kInvert);
+  st.counters["ns/elem"] =
+      benchmark::Counter(static_cast<double>(N), benchmark::Counter::kIsIterationInvariantRate |
+                                                     benchmark::Counter::kInvert);
 }
 
 template <class Ops, bool Exp>
@@ -193,8 +192,7 @@ double ulp_error(float got, double want) {
   if (std::isnan(want)) return std::isnan(got) ? 0 : INFINITY;
   if (std::isinf(want) || std::isinf(got)) return got == static_cast<float>(want) ? 0 : INFINITY;
   const float w = static_cast<float>(want);
-  const double ulp =
-      std::nextafter(std::fabs(w), INFINITY) - static_cast<double>(std::fabs(w));
+  const double ulp = std::nextafter(std::fabs(w), INFINITY) - static_cast<double>(std::fabs(w));
   return std::fabs(static_cast<double>(got) - want) / ulp;
 }
 
@@ -206,7 +204,8 @@ double worst_ulp(float lo, float hi) {
   apply<Ops, Exp>(x.data(), y.data(), n);
   double worst = 0;
   for (int64_t i = 0; i < n; ++i)
-    worst = std::max(worst, ulp_error(y[i], Exp ? std::exp(double{x[i]}) : std::tanh(double{x[i]})));
+    worst =
+        std::max(worst, ulp_error(y[i], Exp ? std::exp(double{x[i]}) : std::tanh(double{x[i]})));
   return worst;
 }
 

@@ -308,9 +308,8 @@ TESSERA_ISA_FLATTEN void winograd_cpu_grad(const conv_geometry& g, const float* 
 /// `sums` floats per thread in acc) added in thread order, then A'^T DW A', on vectors of input
 /// channels. Flattened: winograd_taps_tile is baseline code taking this pass's vectors.
 template <class V>
-TESSERA_ISA_FLATTEN void winograd_cpu_weight_taps(const float* acc, int64_t o, int64_t k,
-                                                  int64_t c, int threads, int64_t sums,
-                                                  float* dw) {
+TESSERA_ISA_FLATTEN void winograd_cpu_weight_taps(const float* acc, int64_t o, int64_t k, int64_t c,
+                                                  int threads, int64_t sums, float* dw) {
   constexpr int W = V::width;
   constexpr int64_t X = winograd_positions;
   for (int64_t ci0 = 0; ci0 < c; ci0 += W) {

@@ -107,13 +107,13 @@ struct vec<double> {
     return {_mm256_round_##S(a.r, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)};                        \
   }                                                                                                \
   /* x * 2^n for integral n, up to twice the exponent range. When every lane's 2^n is normal       \
-     (exp's usual case) one multiply does it. Otherwise splitting n keeps both factors normal, so   \
-     only the last multiply rounds and subnormal results are correctly rounded. */                  \
+     (exp's usual case) one multiply does it. Otherwise splitting n keeps both factors normal, so  \
+     only the last multiply rounds and subnormal results are correctly rounded. */                 \
   inline vec<T> ldexp(vec<T> x, vec<T> n) {                                                        \
     constexpr T lo = sizeof(T) == 4 ? T(-126) : T(-1022), hi = sizeof(T) == 4 ? T(127) : T(1023);  \
     constexpr int all_lanes = (1 << vec<T>::width) - 1;                                            \
-    const auto normal = _mm256_and_##S(_mm256_cmp_##S(n.r, _mm256_set1_##S(lo), _CMP_GE_OQ),      \
-                                       _mm256_cmp_##S(n.r, _mm256_set1_##S(hi), _CMP_LE_OQ));     \
+    const auto normal = _mm256_and_##S(_mm256_cmp_##S(n.r, _mm256_set1_##S(lo), _CMP_GE_OQ),       \
+                                       _mm256_cmp_##S(n.r, _mm256_set1_##S(hi), _CMP_LE_OQ));      \
     if (_mm256_movemask_##S(normal) == all_lanes) return x * pow2n(n);                             \
     vec<T> h = floor(n * vec<T>::broadcast(T(0.5)));                                               \
     return x * pow2n(h) * pow2n(n - h);                                                            \
