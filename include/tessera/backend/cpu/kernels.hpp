@@ -158,9 +158,10 @@
   }
 
 // TESSERA_DETAIL_CPU_DISPATCH_PLAIN(call): the same for work without hand-written vector code
-// (functors and reducers that take no packs), whose passes differ only in what the compiler
-// vectorizes itself: the AVX-512 set runs the AVX2 pass there, so such ops compile one pass
-// fewer (the compile-time test measured 9.3 s with three, against a 10 s limit).
+// that is not all-float or all-double (comparisons, where, integer math, reducers without
+// packs): the AVX-512 set runs the AVX2 pass there, so such ops compile one pass fewer (the
+// compile-time test measured 9.3 s with three, against a 10 s limit). Plain float/double maps
+// (user lambdas) keep the AVX-512 pass: 256-bit loops lost 6-19% on memory-bound maps.
 #if TESSERA_DETAIL_CPU_HAS_PASS_1 && TESSERA_DETAIL_CPU_BASELINE < 1
 #define TESSERA_DETAIL_CPU_DISPATCH_PLAIN(call)               \
   switch (::tessera::get_isa()) {                             \
@@ -176,12 +177,11 @@
 
 TESSERA_BEGIN_NAMESPACE
 namespace detail {
-/// Whether the CPU kernels have hand-written vector code for f over these types (the packs of
-/// simd/vec.hpp exist for float and double only).
-template <class F, class Out, class... In>
-inline constexpr bool cpu_vector_functor = fn::simd_of<F>() && (std::is_same_v<In, Out> && ...) &&
-                                           (std::is_same_v<Out, float> ||
-                                            std::is_same_v<Out, double>);
+/// Whether every operand is float, or every one double: the types of the vector packs
+/// (simd/vec.hpp), and of the loops where 512-bit vectors pay even without packs.
+template <class Out, class... In>
+inline constexpr bool cpu_vector_types =
+    (std::is_same_v<In, Out> && ...) && (std::is_same_v<Out, float> || std::is_same_v<Out, double>);
 }  // namespace detail
 
 namespace backend {
@@ -196,7 +196,7 @@ struct map_kernel<cpu> {
   /// out[i] = static_cast<Out>(f(in[i]...)) over out's shape (elementwise.hpp).
   template <class Out, class F, class... In>
   static void run(const F& f, detail::strided<Out> out, detail::strided<const In>... in) {
-    if constexpr (detail::cpu_vector_functor<F, Out, In...>) {
+    if constexpr (detail::cpu_vector_types<Out, In...>) {
       TESSERA_DETAIL_CPU_DISPATCH(backend::cpu_map::run<Out>(f, out, in...))
     } else {
       TESSERA_DETAIL_CPU_DISPATCH_PLAIN(backend::cpu_map::run<Out>(f, out, in...))
@@ -208,7 +208,7 @@ template <>
 struct reduce_kernel<cpu> {
   template <class R, class In, class Out>
   static void run(const R& red, detail::strided<const In> in, int kept, detail::strided<Out> out) {
-    if constexpr (fn::simd_of<R>() && (std::is_same_v<In, float> || std::is_same_v<In, double>)) {
+    if constexpr (fn::simd_of<R>() && detail::cpu_vector_types<In>) {
       TESSERA_DETAIL_CPU_DISPATCH(backend::cpu_reduce::run(red, in, kept, out))
     } else {
       TESSERA_DETAIL_CPU_DISPATCH_PLAIN(backend::cpu_reduce::run(red, in, kept, out))
