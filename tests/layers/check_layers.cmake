@@ -1,5 +1,6 @@
 # check_layers.cmake - fails when a header under include/tessera includes one of a higher layer,
-# or when one CPU backend header includes a CUDA one or the reverse (docs/design.md, "Layers").
+# when one CPU backend header includes a CUDA one or the reverse (docs/design.md, "Layers"), or
+# when a header outside backend/cpu/simd/ uses raw vector intrinsics (x86 or NEON).
 #
 #   cmake -DROOT=<include/tessera> -P check_layers.cmake
 #   cmake -DROOT=<include/tessera> -DPLANT=<scratch dir> -P check_layers.cmake
@@ -15,7 +16,8 @@
 #   7 apps      data/, interop/                         datasets, Eigen interop
 # A header in none of them is an error too, so a new folder must be given a layer here.
 # With PLANT, the tree is copied to that folder, core/shape.hpp is given an include of
-# ops/map.hpp, and the check must report exactly that one edge (the test of this test).
+# ops/map.hpp and backend/cpu/reduce.hpp an AVX2 intrinsic, and the check must report exactly
+# those two (the test of this test).
 cmake_minimum_required(VERSION 3.20)
 
 function(layer_of path out)
@@ -40,6 +42,11 @@ function(layer_of path out)
   set(${out} ${l} PARENT_SCOPE)
 endfunction()
 
+# Raw intrinsics: x86 (_mm*_ functions, __m128/256/512 registers, __mmask, _cvtsh_ss) and NEON
+# (vector types such as float32x4_t, vld1q_/vst1q_ and the like).
+set(intrinsic
+    "_mm[0-9]*_[a-z]|__m(128|256|512)|__mmask|_cvtsh_ss|(float|u?int)(8|16|32|64)x[0-9]+_t|[^a-z_]v(ld|st)[1-4]q?_")
+
 # Sets ${out} to the list of violations found under root.
 function(check_tree root out)
   set(bad)
@@ -49,6 +56,16 @@ function(check_tree root out)
     if(hl LESS 0)
       list(APPEND bad "${h} is in no layer (tests/layers/check_layers.cmake)")
       continue()
+    endif()
+    if(NOT h MATCHES "^backend/cpu/simd/")
+      # Code lines (not // comments) naming an intrinsic, a vector register type or a mask.
+      file(STRINGS "${root}/${h}" raw REGEX "${intrinsic}")
+      list(FILTER raw EXCLUDE REGEX "^[ \t]*//")
+      if(raw)
+        list(GET raw 0 first)
+        string(STRIP "${first}" first)
+        list(APPEND bad "${h} uses vector intrinsics outside backend/cpu/simd/: ${first}")
+      endif()
     endif()
     get_filename_component(dir "${h}" DIRECTORY)
     file(STRINGS "${root}/${h}" lines REGEX "^[ \t]*#[ \t]*include[ \t]*\"")
@@ -78,13 +95,15 @@ if(PLANT)
   file(REMOVE_RECURSE "${PLANT}")
   file(COPY "${ROOT}/" DESTINATION "${PLANT}")
   file(APPEND "${PLANT}/core/shape.hpp" "\n#include \"../ops/map.hpp\"\n")
+  file(APPEND "${PLANT}/backend/cpu/reduce.hpp" "\n#define TESSERA_PLANTED(x) _mm256_movemask_ps(x)\n")
   check_tree("${PLANT}" bad)
-  set(want "core/shape.hpp (layer 0) includes ops/map.hpp (layer 3)")
+  set(want "backend/cpu/reduce.hpp uses vector intrinsics outside backend/cpu/simd/: #define TESSERA_PLANTED(x) _mm256_movemask_ps(x)"
+           "core/shape.hpp (layer 0) includes ops/map.hpp (layer 3)")
   if(NOT bad STREQUAL want)
-    message(FATAL_ERROR "check_layers: the planted upward include was not reported alone; "
+    message(FATAL_ERROR "check_layers: the planted include and intrinsic were not reported alone; "
                         "got: ${bad}")
   endif()
-  message(STATUS "check_layers: the planted include was reported: ${bad}")
+  message(STATUS "check_layers: the planted include and intrinsic were reported: ${bad}")
   return()
 endif()
 check_tree("${ROOT}" bad)

@@ -89,7 +89,7 @@ TESSERA_END_NAMESPACE
 #include "gemm.hpp"
 #include "elementwise.hpp"
 #include "reduce.hpp"
-#include "conv/short_copy.hpp"
+#include "simd/short_copy.hpp"
 #include "conv/direct.hpp"
 #include "conv/im2col.hpp"
 #include "conv/buffers.hpp"

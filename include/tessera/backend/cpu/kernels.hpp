@@ -180,8 +180,9 @@ namespace detail {
 /// Whether every operand is float, or every one double: the types of the vector packs
 /// (simd/vec.hpp), and of the loops where 512-bit vectors pay even without packs.
 template <class Out, class... In>
-inline constexpr bool cpu_vector_types =
-    (std::is_same_v<In, Out> && ...) && (std::is_same_v<Out, float> || std::is_same_v<Out, double>);
+inline constexpr bool cpu_vector_types = (std::is_same_v<In, Out> && ...) &&
+                                         (std::is_same_v<Out, float> ||
+                                          std::is_same_v<Out, double>);
 }  // namespace detail
 
 namespace backend {

@@ -1,4 +1,4 @@
-// tessera/backend/cpu/conv/short_copy.hpp - copies and zero fills of short runs (the 14 to 56
+// tessera/backend/cpu/simd/short_copy.hpp - copies and zero fills of short runs (the 14 to 56
 // elements of an image row in small CNNs) as whole or masked vectors, for the lowering
 // (im2col.hpp) and the padded rows of the direct kernels (direct.hpp).
 // Part of a kernel pass: included by isa_pass.hpp once per instruction set, no include guard.
