@@ -4,7 +4,8 @@
 #   scripts/bootstrap.sh [example|test|bench|fuzz]     (default: test)
 #
 #   example  compiler, CMake, Ninja, zlib, the Fashion-MNIST dataset  (workflow preset example)
-#   test     example + GoogleTest, Google Benchmark, Eigen, NumPy      (workflow preset test)
+#   test     example + GoogleTest, Google Benchmark, Eigen, NumPy,     (workflow preset test)
+#            nlohmann/json
 #   bench    test + OpenBLAS, oneDNN and LibTorch as benchmark anchors (workflow preset bench),
 #            xsimd and Highway (scripts/bench_simd_libs.sh)
 #   fuzz     example + clang and its fuzzer runtime                    (scripts/fuzz.sh)
@@ -15,7 +16,7 @@ set -euo pipefail
 
 mode="${1:-test}"
 example_pkgs=(build-essential cmake ninja-build zlib1g-dev dataset-fashion-mnist)
-test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev python3-numpy)
+test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev python3-numpy nlohmann-json3-dev)
 bench_pkgs=(libopenblas-dev libdnnl-dev ocl-icd-opencl-dev libtorch-dev libxsimd-dev libhwy-dev
             pkg-config)
 fuzz_pkgs=(clang libclang-rt-dev)
@@ -26,7 +27,7 @@ case "$mode" in
   bench) wanted=("${example_pkgs[@]}" "${test_pkgs[@]}" "${bench_pkgs[@]}") ;;
   fuzz) wanted=("${example_pkgs[@]}" "${fuzz_pkgs[@]}") ;;
   -h | --help)
-    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   *)

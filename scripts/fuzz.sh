@@ -56,8 +56,12 @@ fuzz() {
     local limit=(-max_total_time="$amount")
     [[ "$mode" == runs ]] && limit=(-runs="$amount")
     echo "fuzz.sh: fuzz_$h, ${mode/runs/executions} $amount"
-    # -rss_limit_mb: an input may not make the reader hold more than 2 GiB.
-    "$out/fuzz_$h" "${limit[@]}" -seed="$seed" -rss_limit_mb=2048 -print_final_stats=1 \
+    # -malloc_limit_mb: no input may make the reader allocate more than 2 GiB at once.
+    # -rss_limit_mb: the whole process; libFuzzer's own tables grow over a long run (about
+    # 110 MB per million executions of fuzz_ops), so runs past a few million need more
+    # (FUZZ_RSS_LIMIT_MB).
+    "$out/fuzz_$h" "${limit[@]}" -seed="$seed" -malloc_limit_mb=2048 \
+      -rss_limit_mb="${FUZZ_RSS_LIMIT_MB:-2048}" -print_final_stats=1 \
       -artifact_prefix="$out/artifacts/$h-" "$out/corpus/$h" "fuzz/corpus/$h" \
       2>"$out/fuzz_$h.log" || {
       tail -n 40 "$out/fuzz_$h.log" >&2
