@@ -8,7 +8,7 @@
 #            nlohmann/json
 #   bench    test + OpenBLAS, oneDNN and LibTorch as benchmark anchors (workflow preset bench),
 #            xsimd and Highway (scripts/bench_simd_libs.sh)
-#   fuzz     example + clang and its fuzzer runtime                    (scripts/fuzz.sh)
+#   fuzz     example + clang and its fuzzer runtime, nlohmann/json     (scripts/fuzz.sh)
 #
 # Idempotent: when everything is installed it touches nothing (no apt-get update). Needs root,
 # or sudo when run as another user.
@@ -19,7 +19,7 @@ example_pkgs=(build-essential cmake ninja-build zlib1g-dev dataset-fashion-mnist
 test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev python3-numpy nlohmann-json3-dev)
 bench_pkgs=(libopenblas-dev libdnnl-dev ocl-icd-opencl-dev libtorch-dev libxsimd-dev libhwy-dev
             pkg-config)
-fuzz_pkgs=(clang libclang-rt-dev)
+fuzz_pkgs=(clang libclang-rt-dev nlohmann-json3-dev)
 
 case "$mode" in
   example) wanted=("${example_pkgs[@]}") ;;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds and runs tessera's libFuzzer harnesses (fuzz/): the .npy, .npz and IDX readers, and a
-# structured harness of shape, view, broadcast, reduction and matmul calls checked against a
-# reference. Each harness is built with clang++ -fsanitize=fuzzer,address,undefined.
+# Builds and runs tessera's libFuzzer harnesses (fuzz/): the .npy, .npz, IDX and safetensors
+# readers, and a structured harness of shape, view, broadcast, reduction and matmul calls checked
+# against a reference. Each harness is built with clang++ -fsanitize=fuzzer,address,undefined.
 #
 #   scripts/fuzz.sh run SECONDS [HARNESS...]   build, then fuzz each for SECONDS (default: all)
 #   scripts/fuzz.sh runs N [HARNESS...]        build, then fuzz each for N executions
@@ -19,7 +19,7 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-all=(npy npz idx ops)
+all=(npy npz idx safetensors ops)
 out=build-fuzz
 cxx="${FUZZ_CXX:-clang++}"
 seed="${TESSERA_FUZZ_SEED:-0}"  # 0: libFuzzer picks one
@@ -80,7 +80,7 @@ case "${1:-}" in
   ci)
     build
     seed=1
-    for h_n in npy:150000 npz:500000 idx:60000 ops:80000; do fuzz runs "${h_n#*:}" "${h_n%%:*}"; done
+    for h_n in npy:150000 npz:500000 idx:60000 safetensors:150000 ops:80000; do fuzz runs "${h_n#*:}" "${h_n%%:*}"; done
     ;;
   *)
     sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
