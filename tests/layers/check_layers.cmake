@@ -10,7 +10,7 @@
 #   1 kernel    kernel/                                 functors, reducers, *_problem structs
 #   2 backend   backend/cpu/, backend/cuda/             kernels (neither includes the other)
 #   3 ops       ops/                                    validated ops calling the kernels
-#   4 formats   io/, tessera.hpp, cuda.hpp              tensor files, printing, the umbrellas
+#   4 formats   io/, text/, tessera.hpp, cuda.hpp       tensor files, tokenizers, the umbrellas
 #   5 autograd  autograd/, autograd.hpp
 #   6 nn        nn/, optim/, nn.hpp, optim.hpp          modules, optimizers, checkpoints
 #   7 apps      data/, interop/                         datasets, Eigen interop
@@ -30,7 +30,7 @@ function(layer_of path out)
     set(l 2)
   elseif(path MATCHES "^ops/")
     set(l 3)
-  elseif(path MATCHES "^io/" OR path STREQUAL "tessera.hpp" OR path STREQUAL "cuda.hpp")
+  elseif(path MATCHES "^(io|text)/" OR path STREQUAL "tessera.hpp" OR path STREQUAL "cuda.hpp")
     set(l 4)
   elseif(path MATCHES "^autograd/" OR path STREQUAL "autograd.hpp")
     set(l 5)
