@@ -527,7 +527,7 @@ double ulp_error(T got, wide_t<T> ref) {
   return static_cast<double>(std::fabs(R(got) - ref) / ulp);
 }
 
-enum class fn { exp, expm1, log, log1p, tanh, sigmoid };
+enum class fn { exp, expm1, log, log1p, tanh, sigmoid, erf };
 
 const char* fn_name(fn f) {
   switch (f) {
@@ -543,6 +543,8 @@ const char* fn_name(fn f) {
       return "tanh";
     case fn::sigmoid:
       return "sigmoid";
+    case fn::erf:
+      return "erf";
   }
   return "?";
 }
@@ -564,6 +566,8 @@ wide_t<T> reference(fn f, T x) {
       return std::tanh(w);
     case fn::sigmoid:
       return R(1) / (R(1) + std::exp(-w));
+    case fn::erf:
+      return std::erf(w);
   }
   return 0;
 }
@@ -584,6 +588,8 @@ std::vector<T> run_fn(fn f, const std::vector<T>& in) {
       return map(in, [](V v) { return tanh(v); });
     case fn::sigmoid:
       return map(in, [](V v) { return sigmoid(v); });
+    case fn::erf:
+      return map(in, [](V v) { return erf(v); });
   }
   return {};
 }
@@ -653,6 +659,12 @@ std::vector<T> math_inputs(fn f) {
       uniform(T(-20), T(20), 100000);
       log_uniform(lim<T>::min_exponent - 30, 6, 50000, true);
       break;
+    case fn::erf:
+      uniform(T(-6), T(6), 200000);
+      uniform(T(0.9), T(0.95), 50000);  // both sides of the polynomial / exp switch
+      uniform(T(3.8), T(4.2), 20000);   // where float erf reaches 1
+      log_uniform(lim<T>::min_exponent - 30, 3, 50000, true);
+      break;
   }
   (void)is_float;
   return v;
@@ -688,7 +700,7 @@ TYPED_TEST_SUITE(SimdMath, FloatTypes);
 TYPED_TEST(SimdMath, UlpErrorWithin3) {
   using T = TypeParam;
   SKIP_IF_SCALAR(T) {
-    for (fn f : {fn::exp, fn::expm1, fn::log, fn::log1p, fn::tanh, fn::sigmoid}) {
+    for (fn f : {fn::exp, fn::expm1, fn::log, fn::log1p, fn::tanh, fn::sigmoid, fn::erf}) {
       max_ulp_error<T>(f);
     }
   }
@@ -745,6 +757,12 @@ TYPED_TEST(SimdMath, SpecialValues) {
         {fn::sigmoid, -0.0, 0.5},    {fn::sigmoid, 800, 1},
         {fn::sigmoid, -800, 0},      {fn::sigmoid, big, 1},
         {fn::sigmoid, -big, 0},      {fn::sigmoid, tiny, 0.5},
+
+        {fn::erf, inf, 1},           {fn::erf, -inf, -1},
+        {fn::erf, nan, nan},         {fn::erf, 0, 0},
+        {fn::erf, -0.0, -0.0},       {fn::erf, 10, 1},
+        {fn::erf, -10, -1},          {fn::erf, big, 1},
+        {fn::erf, -big, -1},
     };
     for (const special_case& c : cases) {
       const std::vector<T> got = run_fn(c.f, std::vector<T>{static_cast<T>(c.x)});

@@ -25,6 +25,12 @@ template <class V>
 auto vec_sigmoid(V x) -> decltype(sigmoid(x)) {
   return sigmoid(x);
 }
+/// Exact GELU on a pack: x Phi(x) = x (1 + erf(x / sqrt 2)) / 2.
+template <class V>
+auto vec_gelu(V x) -> decltype(erf(x)) {
+  using T = typename V::value_type;
+  return x * T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)));
+}
 
 // numeric_limits members are host functions to nvcc; constexpr variables work on both sides.
 template <class T>
@@ -83,6 +89,7 @@ TESSERA_HOST_DEVICE T neg_wrap(T x) {
     template <arith T>                                                                 \
     TESSERA_HOST_DEVICE T operator()(T x) const {                                      \
       using std::abs, std::sqrt, std::exp, std::log, std::tanh, std::floor, std::ceil; \
+      using std::erf;                                                                  \
       return SCALAR_EXPR;                                                              \
     }                                                                                  \
     template <class V>                                                                 \
@@ -105,6 +112,10 @@ TESSERA_UNARY_FN(round_, 1, std::is_integral_v<T> ? x : static_cast<T>(std::near
 TESSERA_UNARY_FN(relu, 1, static_cast<T>(x > T(0) ? x : (x != x ? x : T(0))), vec_relu(x))
 TESSERA_UNARY_FN(sigmoid, 10, static_cast<T>(T(1) / (T(1) + exp(-x))), vec_sigmoid(x))
 TESSERA_UNARY_FN(rsqrt, 3, static_cast<T>(T(1) / sqrt(x)), 1 / sqrt(x))
+TESSERA_UNARY_FN(erf_, 10, static_cast<T>(erf(x)), erf(x))
+// Exact GELU, x * Phi(x), as torch.nn.functional.gelu's default.
+TESSERA_UNARY_FN(gelu, 12, static_cast<T>(x* T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)))),
+                 vec_gelu(x))
 #undef TESSERA_UNARY_FN
 
 // Scalar-only unary functors (no vector implementation: the compiler's auto-vectorizer, or the
@@ -121,11 +132,8 @@ TESSERA_UNARY_FN(rsqrt, 3, static_cast<T>(T(1) / sqrt(x)), 1 / sqrt(x))
 TESSERA_SCALAR_FN(sign, 1, static_cast<T>(x != x ? x : (x > T(0)) - (x < T(0))))
 TESSERA_SCALAR_FN(sin_, 10, static_cast<T>(sin(x)))
 TESSERA_SCALAR_FN(cos_, 10, static_cast<T>(cos(x)))
-TESSERA_SCALAR_FN(erf_, 10, static_cast<T>(erf(x)))
 TESSERA_SCALAR_FN(log1p_, 10, static_cast<T>(log1p(x)))
 TESSERA_SCALAR_FN(expm1_, 10, static_cast<T>(expm1(x)))
-// Exact GELU, x * Phi(x), as torch.nn.functional.gelu's default.
-TESSERA_SCALAR_FN(gelu, 12, static_cast<T>(x* T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)))))
 #undef TESSERA_SCALAR_FN
 
 #define TESSERA_BINARY_FN(NAME, SIMD, EXPR)            \

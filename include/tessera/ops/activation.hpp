@@ -9,18 +9,28 @@ namespace detail {
 // The element functions of softmax and log_softmax, as host-device functors so that the same
 // code runs on every backend (lambdas would be host-only under nvcc).
 
+// Where the input and compute types agree (float, double), they also take the CPU kernels'
+// vector packs: exp and the division then run on whole registers.
+
 /// exp(v - m) in C: softmax's shifted exponentials.
 template <class T, class C>
 struct softmax_shifted_exp {
+  static constexpr bool simd = std::is_same_v<T, C>;
   TESSERA_HOST_DEVICE C operator()(T v, T mv) const {
     using std::exp;
     return static_cast<C>(exp(C(v) - C(mv)));
   }
+  template <class V>
+  requires(!std::is_arithmetic_v<V>) && requires(V v) { exp(v); }
+  V operator()(V v, V mv) const { return exp(v - mv); }
 };
 /// v / t as R.
 template <class R, class C>
 struct softmax_divide {
+  static constexpr bool simd = std::is_same_v<R, C>;
   TESSERA_HOST_DEVICE R operator()(C v, C t) const { return static_cast<R>(v / t); }
+  template <class V>
+  requires(!std::is_arithmetic_v<V>) V operator()(V v, V t) const { return v / t; }
 };
 /// (v - m) - log(t) as T.
 template <class T, class C>
