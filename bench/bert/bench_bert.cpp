@@ -1,0 +1,53 @@
+// all-MiniLM-L6-v2 inference in tessera: throughput at batch 32 x 128 tokens (sentences/s) and
+// latency at batch 1 x 16 tokens, float32, 2 threads. Token ids are fixed random ordinary
+// words, every token attended. The anchors (PyTorch, ONNX Runtime fp32 and int8) run the same
+// shapes in bench/bert/bert_anchors.py; scripts/bench_bert.sh runs both and prints one table.
+// The model folder: TESSERA_MINILM_DIR, else scripts/fetch_model.sh's.
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <string>
+#include <tessera/models/bert.hpp>
+#include <tessera/tessera.hpp>
+
+namespace ts = tessera;
+
+namespace {
+
+std::string model_dir() {
+  if (const char* d = std::getenv("TESSERA_MINILM_DIR"); d && *d) return d;
+  const char* cache = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  return (cache && *cache ? std::string(cache) : std::string(home ? home : ".") + "/.cache") +
+         "/tessera/all-MiniLM-L6-v2";
+}
+
+const ts::models::bert::Model<>& model() {
+  static const auto m = ts::models::bert::load(model_dir());
+  return m;
+}
+
+void BertForward(benchmark::State& st) {
+  ts::set_num_threads(2);
+  const int64_t n = st.range(0), l = st.range(1);
+  ts::Generator g(1);
+  const auto ids = ts::randint<int64_t>(1000, 20000, {n, l}, g);
+  const auto mask = ts::ones<int64_t>({n, l});
+  const auto& m = model();
+  (void)m.forward(ids, mask);  // warm-up: page in the mapped weights
+  for (auto _ : st) {
+    auto out = m.forward(ids, mask);
+    benchmark::DoNotOptimize(out.data());
+  }
+  st.counters["sentences/s"] =
+      benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+}  // namespace
+
+BENCHMARK(BertForward)
+    ->Args({32, 128})
+    ->Args({1, 16})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_MAIN();
