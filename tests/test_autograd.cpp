@@ -271,6 +271,12 @@ TYPED_TEST(Autograd, ElementwiseGradientsMatchFormulas) {
          return 0.5 * (1 + std::erf(x / std::sqrt(2.0))) +
                 x * std::exp(-0.5 * x * x) / std::sqrt(2 * 3.14159265358979323846);
        }},
+      {"gelu_tanh", false, [](const Var<T>& v) { return ts::gelu_tanh(v); },
+       [](double x) {
+         const double c = 0.79788456080286535588, k = 0.044715,
+                      t = std::tanh(c * (x + k * x * x * x));
+         return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * k * x * x);
+       }},
       {"neg", false, [](const Var<T>& v) { return ts::neg(v); }, [](double) { return -1.0; }},
       {"pow 3", false, [](const Var<T>& v) { return ts::pow(v, T(3)); },
        [](double x) { return 3 * x * x; }},

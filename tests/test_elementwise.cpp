@@ -191,6 +191,11 @@ TYPED_TEST(FloatMath, UnaryAgainstStd) {
        1},
       {"gelu", [](auto& x) { return ts::gelu(x); },
        [](double x) { return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0))); }, -6, 6, 4},
+      {"gelu_tanh", [](auto& x) { return ts::gelu_tanh(x); },
+       [](double x) {
+         return 0.5 * x * (1 + std::tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)));
+       },
+       -6, 6, 4},
       {"erf", [](auto& x) { return ts::erf(x); }, [](double x) { return std::erf(x); }, -3, 3, 4},
       {"floor", [](auto& x) { return ts::floor(x); }, [](double x) { return std::floor(x); }, -50,
        50, 1},

@@ -199,6 +199,7 @@ TEST(Gradcheck, UnaryOps) {
   check("log", [](const Vs& v) { return ts::log(v[0]); }, {pos});
   check("abs", [](const Vs& v) { return ts::abs(v[0]); }, {d});
   check("gelu", [](const Vs& v) { return ts::gelu(v[0]); }, {x});
+  check("gelu_tanh", [](const Vs& v) { return ts::gelu_tanh(v[0]); }, {x});
   check("pow 3", [](const Vs& v) { return ts::pow(v[0], 3.0); }, {x});
   check("pow 2.5", [](const Vs& v) { return ts::pow(v[0], 2.5); }, {pos});
   check("pow -1.5", [](const Vs& v) { return ts::pow(v[0], -1.5); }, {pos});

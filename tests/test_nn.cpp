@@ -204,11 +204,17 @@ TEST(Layers, PoolingActivationsFlattenSoftmax) {
   const auto tanh = nn::Tanh<double, ts::cpu>()(x).value().to_vector();
   const auto sig = nn::Sigmoid<double, ts::cpu>()(x).value().to_vector();
   const auto gelu = nn::GELU<double, ts::cpu>()(x).value().to_vector();
+  const auto gelu_t = nn::GELUTanh<double, ts::cpu>()(x).value().to_vector();
   for (size_t i = 0; i < v.size(); ++i) {
     EXPECT_EQ(relu[i], std::max(v[i], 0.0));
     EXPECT_NEAR(tanh[i], std::tanh(v[i]), 1e-12);
     EXPECT_NEAR(sig[i], 1 / (1 + std::exp(-v[i])), 1e-12);
     EXPECT_NEAR(gelu[i], 0.5 * v[i] * (1 + std::erf(v[i] / std::sqrt(2.0))), 1e-12);
+    EXPECT_NEAR(
+        gelu_t[i],
+        0.5 * v[i] *
+            (1 + std::tanh(0.79788456080286535588 * (v[i] + 0.044715 * v[i] * v[i] * v[i]))),
+        1e-12);
   }
   const auto s = nn::Softmax<double, ts::cpu>(1)(rnd({3, 5}, 7)).value();
   for (int64_t i = 0; i < 3; ++i) {

@@ -541,6 +541,8 @@ TEST_F(Cuda, UnaryMathFloat) {
   expect_same(
       "gelu", 5e-7, 1e-6, [](const auto& t) { return ts::gelu(t); }, x);
   expect_same(
+      "gelu_tanh", 5e-7, 1e-6, [](const auto& t) { return ts::gelu_tanh(t); }, x);
+  expect_same(
       "round", 0, 0, [](const auto& t) { return ts::round(t * 3.0f); }, x);
   expect_same(
       "pow", 5e-6, 0, [](const auto& a, const auto& b) { return ts::pow(a, b); }, p, x);

@@ -123,6 +123,18 @@ struct gelu {
     return g * (cdf + x * pdf);
   }
 };
+/// g * d/dx of GELU's tanh form: with u = c (x + k x^3) and t = tanh(u),
+/// (1 + t) / 2 + x (1 - t^2) c (1 + 3 k x^2) / 2.
+struct gelu_tanh {
+  TESSERA_HD_EXEC_CHECK_DISABLE
+  template <class T>
+  TESSERA_HOST_DEVICE T operator()(T g, T x) const {
+    using std::tanh;
+    constexpr T c = T(0.79788456080286535588), k = T(0.044715);
+    const T t = tanh(c * x * (T(1) + k * x * x));
+    return g * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * c * (T(1) + T(3) * k * x * x));
+  }
+};
 /// Gradient of maximum(a, b) for input a (ties share it equally, as PyTorch does).
 struct max_lhs {
   TESSERA_HD_EXEC_CHECK_DISABLE
@@ -326,6 +338,12 @@ Variable<T, B> abs(const Variable<T, B>& x) {
 template <element_type T, class B>
 Variable<T, B> gelu(const Variable<T, B>& x) {
   return autograd::detail::unary_from_input<fn::grad::gelu>("gelu", gelu(x.value()), x);
+}
+/// GELU's tanh approximation.
+template <element_type T, class B>
+Variable<T, B> gelu_tanh(const Variable<T, B>& x) {
+  return autograd::detail::unary_from_input<fn::grad::gelu_tanh>("gelu_tanh", gelu_tanh(x.value()),
+                                                                 x);
 }
 
 /// A user elementwise function with its derivative: y = f(x), dy/dx = df(x). Both receive and

@@ -31,6 +31,13 @@ auto vec_gelu(V x) -> decltype(erf(x)) {
   using T = typename V::value_type;
   return x * T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)));
 }
+/// GELU's tanh approximation on a pack: x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) / 2.
+template <class V>
+auto vec_gelu_tanh(V x) -> decltype(tanh(x)) {
+  using T = typename V::value_type;
+  const V u = x * T(0.79788456080286535588) * (T(1) + T(0.044715) * x * x);
+  return x * T(0.5) * (T(1) + tanh(u));
+}
 
 // numeric_limits members are host functions to nvcc; constexpr variables work on both sides.
 template <class T>
@@ -116,6 +123,12 @@ TESSERA_UNARY_FN(erf_, 10, static_cast<T>(erf(x)), erf(x))
 // Exact GELU, x * Phi(x), as torch.nn.functional.gelu's default.
 TESSERA_UNARY_FN(gelu, 12, static_cast<T>(x* T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)))),
                  vec_gelu(x))
+// GELU's tanh approximation, torch.nn.functional.gelu(x, approximate="tanh") (GPT-2, BERT
+// variants that ask for gelu_new).
+TESSERA_UNARY_FN(gelu_tanh, 12,
+                 static_cast<T>(x* T(0.5) * (T(1) + tanh(x * T(0.79788456080286535588) *
+                                                         (T(1) + T(0.044715) * x * x)))),
+                 vec_gelu_tanh(x))
 #undef TESSERA_UNARY_FN
 
 // Scalar-only unary functors (no vector implementation: the compiler's auto-vectorizer, or the

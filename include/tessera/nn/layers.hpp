@@ -189,6 +189,8 @@ class AdaptiveAvgPool2d : public Module<T, B> {
 TESSERA_ACTIVATION_MODULE(ReLU, relu(x))
 /// Exact GELU.
 TESSERA_ACTIVATION_MODULE(GELU, gelu(x))
+/// GELU's tanh approximation (torch.nn.GELU(approximate="tanh")).
+TESSERA_ACTIVATION_MODULE(GELUTanh, gelu_tanh(x))
 /// tanh(x).
 TESSERA_ACTIVATION_MODULE(Tanh, tanh(x))
 /// 1 / (1 + e^-x).

@@ -142,6 +142,7 @@ TESSERA_UNARY_OP(cos, fn::cos_, true)
 TESSERA_UNARY_OP(tanh, fn::tanh_, true)
 TESSERA_UNARY_OP(sigmoid, fn::sigmoid, true)
 TESSERA_UNARY_OP(gelu, fn::gelu, true)
+TESSERA_UNARY_OP(gelu_tanh, fn::gelu_tanh, true)
 TESSERA_UNARY_OP(erf, fn::erf_, true)
 #undef TESSERA_UNARY_OP
 
