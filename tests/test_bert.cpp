@@ -10,6 +10,7 @@
 #include <fstream>
 #include <string>
 #include <tessera/models/bert.hpp>
+#include <tessera/nn.hpp>
 #include <tessera/tessera.hpp>
 #include <vector>
 
@@ -145,4 +146,50 @@ TEST(LayerNorm, MatchesADoubleReference) {
   EXPECT_THROW((void)ts::layer_norm(x, ts::ones<double>({6})), ts::shape_error);
 }
 
+}  // namespace
+
+namespace {
+TEST(Embedding, BackwardAddsRowGradientsAndSkipsPadding) {
+  namespace nn = ts::nn;
+  const auto ids = ts::from_vector<int64_t>({3, 0, 3, 1}, {2, 2});
+  const auto w = ts::from_vector<double>({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {2, 2, 3});
+  for (const int64_t padding : {-1, 3}) {
+    SCOPED_TRACE(padding);
+    auto table = ts::param(ts::arange<double>(12).reshape({4, 3}));
+    ts::sum(ts::embedding(table, ids, padding) * w).backward();
+    const std::vector<double> row3 =
+        padding == 3 ? std::vector<double>{0, 0, 0} : std::vector<double>{1 + 7, 2 + 8, 3 + 9};
+    std::vector<double> want{4, 5, 6, 10, 11, 12, 0, 0, 0};
+    want.insert(want.end(), row3.begin(), row3.end());
+    EXPECT_EQ(table.grad().to_vector(), want);
+  }
+  nn::Embedding<double, ts::cpu> e(5, 4, /*padding=*/0);
+  EXPECT_EQ(e.parameters().size(), 1u);
+  const auto out = e(ts::from_vector<int64_t>({0, 4}, {2}));
+  EXPECT_EQ(out.shape(), (ts::Shape{2, 4}));
+  EXPECT_EQ(out.value().select(0, 0).to_vector(), std::vector<double>(4, 0.0));
+  EXPECT_THROW((void)e(ts::ones<double>({2})), ts::error);
+  EXPECT_THROW((nn::Embedding<double, ts::cpu>(5, 4, 5)), ts::shape_error);
+}
+
+TEST(LayerNorm, VariableFormGradientsMatchFiniteDifferences) {
+  ts::Generator g(4);
+  auto x = ts::param(ts::randn<double>({2, 5}, g));
+  auto w = ts::param(ts::randn<double>({5}, g));
+  auto b = ts::param(ts::randn<double>({5}, g));
+  const auto r = ts::randn<double>({2, 5}, g);
+  auto f = [&] { return ts::sum(ts::layer_norm(x, w, b, 1e-5) * r); };
+  f().backward();
+  const auto gx = x.grad().to_vector();
+  auto xv = x.value();
+  for (int64_t i = 0; i < 10; ++i) {
+    const double h = 1e-6, v = xv.data()[i];
+    xv.data()[i] = v + h;
+    const double up = ts::sum(ts::layer_norm(xv, w.value(), b.value(), 1e-5) * r).item();
+    xv.data()[i] = v - h;
+    const double down = ts::sum(ts::layer_norm(xv, w.value(), b.value(), 1e-5) * r).item();
+    xv.data()[i] = v;
+    EXPECT_NEAR(gx[static_cast<size_t>(i)], (up - down) / (2 * h), 1e-6);
+  }
+}
 }  // namespace

@@ -10,6 +10,7 @@
 #include "autograd/reduce.hpp"
 #include "autograd/shape.hpp"
 #include "autograd/linalg.hpp"
+#include "autograd/embedding.hpp"
 #include "autograd/conv.hpp"
 #include "autograd/loss.hpp"
 #include "autograd/gradcheck.hpp"

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "../autograd/conv.hpp"
+#include "../autograd/embedding.hpp"
 #include "../autograd/grad_fn.hpp"
 #include "../autograd/linalg.hpp"
 #include "../autograd/loss.hpp"
@@ -176,6 +177,34 @@ class AdaptiveAvgPool2d : public Module<T, B> {
   explicit AdaptiveAvgPool2d(std::array<int64_t, 2> size) : output_size(size) {}
   Variable<T, B> forward(const Variable<T, B>& x) override {
     return adaptive_avg_pool2d(x, output_size);
+  }
+};
+
+/// A table of `num` vectors of size `dim`, looked up by int64 ids: m(ids) has shape
+/// ids.shape + [dim] (torch.nn.Embedding). Weights are N(0, 1) from nn::default_generator();
+/// the row padding_idx (when >= 0) starts at zero and gets no gradient. Takes ids, not a
+/// Variable: forward(Variable) throws.
+template <class T = float, class B = default_backend>
+class Embedding : public Module<T, B> {
+ public:
+  Variable<T, B> weight;
+  int64_t padding_idx;
+
+  Embedding(int64_t num, int64_t dim, int64_t padding = -1) : padding_idx(padding) {
+    if (num < 1 || dim < 1 || padding >= num)
+      tessera::detail::fail<shape_error>("Embedding", "num ", num, " and dim ", dim,
+                                         " must be positive and padding_idx ", padding,
+                                         " below num");
+    Tensor<T, B> w = randn<T, B>({num, dim}, default_generator());
+    if (padding >= 0) w.select(0, padding).fill_(T(0));
+    weight = this->register_parameter("weight", w);
+  }
+  using Module<T, B>::operator();
+  Variable<T, B> operator()(const Tensor<int64_t, B>& ids) {
+    return embedding(weight, ids, padding_idx);
+  }
+  Variable<T, B> forward(const Variable<T, B>&) override {
+    tessera::detail::fail<error>("Embedding", "takes int64 ids: call it with a Tensor<int64_t>");
   }
 };
 
