@@ -45,15 +45,7 @@ Variable<T, B> embedding(const Variable<T, B>& table, const Tensor<int64_t, B>& 
 template <element_type T, class B>
 Variable<T, B> layer_norm(const Variable<T, B>& x, const Variable<T, B>& weight = {},
                           const Variable<T, B>& bias = {}, double eps = 1e-5) {
-  if (x.rank() == 0)
-    tessera::detail::fail<shape_error>("layer_norm", "x must have at least one dim");
-  const Axes last{x.rank() - 1};
-  const Variable<T, B> m = mean(x, last, true);
-  const Variable<T, B> v = var(x, last, true, 0.0);
-  Variable<T, B> y = (x - m) * rsqrt(v + static_cast<T>(eps));
-  if (weight.defined()) y = y * weight;
-  if (bias.defined()) y = y + bias;
-  return y;
+  return tessera::detail::layer_norm_composed<T>(x, weight, bias, eps);
 }
 
 TESSERA_END_NAMESPACE

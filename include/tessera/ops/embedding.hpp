@@ -53,6 +53,26 @@ Tensor<T, B> embedding(const Tensor<T, B>& table, const Tensor<int64_t, B>& ids)
   return generate<T, B>(out_shape, f);
 }
 
+namespace detail {
+/// layer_norm for Tensors and Variables alike (X: the tensor type, T its element type): the
+/// checks, then the composition of mean, var and rsqrt, found for X by argument-dependent lookup.
+template <class T, class X>
+X layer_norm_composed(const X& x, const X& weight, const X& bias, double eps) {
+  if (x.rank() == 0) fail<shape_error>("layer_norm", "x must have at least one dim");
+  const int64_t c = x.shape()[x.rank() - 1];
+  for (const X* p : {&weight, &bias})
+    if (p->defined() && (p->rank() != 1 || p->shape()[0] != c))
+      fail<shape_error>("layer_norm", "weight and bias must be [", c, "], got ", p->shape());
+  const Axes last{x.rank() - 1};
+  const X m = mean(x, last, true);
+  const X v = var(x, last, true, 0.0);
+  X y = (x - m) * rsqrt(v + static_cast<T>(eps));
+  if (weight.defined()) y = y * weight;
+  if (bias.defined()) y = y + bias;
+  return y;
+}
+}  // namespace detail
+
 /// Layer normalization over the last dim: (x - mean) / sqrt(var + eps) * weight + bias, with
 /// the biased variance, as torch.nn.functional.layer_norm(x, [C], weight, bias, eps). weight and
 /// bias are [C] (either may be undefined: no scale, no shift). Floating T. Throws shape_error
@@ -61,19 +81,7 @@ template <element_type T, class B>
 Tensor<T, B> layer_norm(const Tensor<T, B>& x, const Tensor<T, B>& weight = {},
                         const Tensor<T, B>& bias = {}, double eps = 1e-5) {
   x.check_defined("layer_norm");
-  if (x.rank() == 0) detail::fail<shape_error>("layer_norm", "x must have at least one dim");
-  const int64_t c = x.shape()[x.rank() - 1];
-  for (const Tensor<T, B>* p : {&weight, &bias})
-    if (p->defined() && (p->rank() != 1 || p->shape()[0] != c))
-      detail::fail<shape_error>("layer_norm", "weight and bias must be [", c, "], got ",
-                                p->shape());
-  const Axes last{x.rank() - 1};
-  const Tensor<T, B> m = mean(x, last, true);
-  const Tensor<T, B> v = var(x, last, true, 0.0);
-  Tensor<T, B> y = (x - m) * rsqrt(v + static_cast<T>(eps));
-  if (weight.defined()) y = y * weight;
-  if (bias.defined()) y = y + bias;
-  return y;
+  return detail::layer_norm_composed<T>(x, weight, bias, eps);
 }
 
 TESSERA_END_NAMESPACE
