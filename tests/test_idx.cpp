@@ -16,6 +16,8 @@
 #include <tessera/io/idx.hpp>
 #include <vector>
 
+#include "temp_dir.hpp"
+
 namespace ts = tessera;
 namespace fs = std::filesystem;
 
@@ -23,26 +25,7 @@ namespace {
 
 using bytes = std::vector<unsigned char>;
 
-// A fresh folder per test binary run, removed at exit.
-class temp_dir {
- public:
-  temp_dir() {
-    path_ = fs::temp_directory_path() / ("tessera_test_idx_" + std::to_string(::getpid()));
-    fs::create_directories(path_);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  fs::path file(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
-const temp_dir& tmp() {
-  static temp_dir d;
-  return d;
-}
+const tt::temp_dir& tmp() { return tt::scratch("idx"); }
 
 void put_be32(bytes& b, uint32_t v) {
   for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<unsigned char>(v >> s));

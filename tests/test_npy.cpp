@@ -27,6 +27,8 @@
 #include <tessera/tessera.hpp>
 #include <vector>
 
+#include "temp_dir.hpp"
+
 namespace ts = tessera;
 namespace fs = std::filesystem;
 
@@ -34,27 +36,7 @@ namespace {
 
 using bytes = std::vector<unsigned char>;
 
-// A fresh folder per test binary run, removed at exit.
-class temp_dir {
- public:
-  temp_dir() {
-    path_ = fs::temp_directory_path() / ("tessera_test_npy_" + std::to_string(::getpid()));
-    fs::create_directories(path_);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-  fs::path file(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
-const temp_dir& tmp() {
-  static temp_dir d;
-  return d;
-}
+const tt::temp_dir& tmp() { return tt::scratch("npy"); }
 
 fs::path write_file(const std::string& name, const bytes& b) {
   const fs::path p = tmp().file(name);

@@ -13,6 +13,8 @@
 #include <tessera/tessera.hpp>
 #include <vector>
 
+#include "temp_dir.hpp"
+
 namespace {
 namespace ts = tessera;
 namespace fs = std::filesystem;
@@ -23,25 +25,7 @@ using bytes = std::string;
 
 const fs::path fixtures = fs::path(TESSERA_TEST_DATA_DIR) / "safetensors";
 
-class temp_dir {
- public:
-  temp_dir() {
-    path_ = fs::temp_directory_path() / ("tessera_test_st_" + std::to_string(::getpid()));
-    fs::create_directories(path_);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  fs::path file(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
-const temp_dir& tmp() {
-  static temp_dir d;
-  return d;
-}
+const tt::temp_dir& tmp() { return tt::scratch("st"); }
 
 bytes read_all(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
