@@ -19,15 +19,18 @@ TESSERA_MINILM_DIR="$model" "$build/bench/bench_bert" --benchmark_counters_tabul
   --benchmark_repetitions=3 --benchmark_report_aggregates_only=true 2>/dev/null |
   grep -E 'Benchmark|_median'
 
-python3 -c 'import transformers' 2>/dev/null ||
-  python3 -m pip install --quiet --break-system-packages transformers==4.40.2
+# Debian's interpreter: python3-torch is installed for it (PATH may hold another python3).
+py=python3
+[[ -x /usr/bin/python3 ]] && py=/usr/bin/python3
+"$py" -c 'import transformers' 2>/dev/null ||
+  "$py" -m pip install --quiet --break-system-packages transformers==4.40.2
 echo "anchors:"
-python3 bench/bert/bert_anchors.py torch "$model" 2>/dev/null
+"$py" bench/bert/bert_anchors.py torch "$model" 2>/dev/null
 onnx="$build/bench-results/bert-onnx"
-[[ -f "$onnx/minilm.onnx" ]] || python3 bench/bert/bert_anchors.py export "$model" "$onnx" 2>/dev/null
+[[ -f "$onnx/minilm.onnx" ]] || "$py" bench/bert/bert_anchors.py export "$model" "$onnx" 2>/dev/null
 venv="$build/venv-ort"
 if [[ ! -x "$venv/bin/python" ]]; then
-  python3 -m venv "$venv"
+  "$py" -m venv "$venv"
   "$venv/bin/pip" install --quiet onnxruntime numpy onnx
 fi
 "$venv/bin/python" bench/bert/bert_anchors.py ort "$onnx" 2>/dev/null
