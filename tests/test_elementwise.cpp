@@ -46,7 +46,8 @@ std::vector<shape_pair> broadcast_cases() {
                                {{2, 1, 3, 1}, {4, 1, 5}}};
   for (int64_t n = 1; n <= 33; ++n) c.push_back({{n}, {n}});
   c.push_back({{812}, {812}});
-  c.push_back({{1029, 917}, {917}});
+  // Above 2 * parallel_grain elements: the threaded path, with odd tails on both dims.
+  c.push_back({{263, 509}, {509}});
   return c;
 }
 
