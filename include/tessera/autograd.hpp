@@ -11,6 +11,7 @@
 #include "autograd/shape.hpp"
 #include "autograd/linalg.hpp"
 #include "autograd/embedding.hpp"
+#include "autograd/attention.hpp"
 #include "autograd/conv.hpp"
 #include "autograd/loss.hpp"
 #include "autograd/gradcheck.hpp"

@@ -20,6 +20,7 @@
 #include "ops/pool.hpp"
 #include "ops/join.hpp"
 #include "ops/activation.hpp"
+#include "ops/attention.hpp"
 #include "ops/loss.hpp"
 #include "ops/optim_step.hpp"
 #include "io/print.hpp"

@@ -89,6 +89,12 @@ struct optim_kernel {
 template <class B>
 struct loss_kernel {};
 
+/// Optional fused attention of backend B: forward(const detail::attention_problem<T>&) and
+/// backward(const detail::attention_backward_problem<T>&) (kernel/attention_problem.hpp).
+/// Without it scaled_dot_product_attention runs as matmul, softmax and matmul.
+template <class B>
+struct attention_kernel {};
+
 }  // namespace backend
 
 /// A backend tag: an empty type whose memory primitives are specialised.

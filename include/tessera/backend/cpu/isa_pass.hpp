@@ -97,6 +97,7 @@ TESSERA_END_NAMESPACE
 #include "conv.hpp"
 #include "pool.hpp"
 #include "optim.hpp"
+#include "attention.hpp"
 // clang-format on
 
 #undef TESSERA_BEGIN_NAMESPACE

@@ -41,6 +41,7 @@
 #include "../../core/float8.hpp"
 #include "../../core/half.hpp"
 #include "../../core/storage.hpp"
+#include "../../kernel/attention_problem.hpp"
 #include "../../kernel/contract.hpp"
 #include "../../kernel/conv_problem.hpp"
 #include "../../kernel/functors.hpp"
@@ -272,6 +273,19 @@ struct optim_kernel<cpu> {
   template <class T>
   static void adam(const detail::adam_problem<T>& pr) {
     TESSERA_DETAIL_CPU_DISPATCH(backend::cpu_optim::adam(pr))
+  }
+};
+
+/// Fused attention (attention.hpp), float and double; ops/attention.hpp converts other types.
+template <>
+struct attention_kernel<cpu> {
+  template <class T>
+  static void forward(const detail::attention_problem<T>& p) {
+    TESSERA_DETAIL_CPU_DISPATCH(backend::cpu_attention::forward(p))
+  }
+  template <class T>
+  static void backward(const detail::attention_backward_problem<T>& g) {
+    TESSERA_DETAIL_CPU_DISPATCH(backend::cpu_attention::backward(g))
   }
 };
 
