@@ -175,7 +175,7 @@ class Model {
     const Tensor<float, B> key_bias =
         ((1.0f - mask.template astype<float>()) * std::numeric_limits<float>::lowest())
             .reshape({n, 1, 1, l});
-    const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+    const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
     auto split_heads = [&](const Tensor<float, B>& t) {  // [n, l, h] -> [n, heads, l, dh]
       return t.reshape({n, l, heads, dh}).permute({0, 2, 1, 3});
     };
@@ -183,9 +183,10 @@ class Model {
       const Tensor<float, B> q = split_heads(linear(x, w.q_w, w.q_b));
       const Tensor<float, B> k = split_heads(linear(x, w.k_w, w.k_b));
       const Tensor<float, B> v = split_heads(linear(x, w.v_w, w.v_b));
-      const Tensor<float, B> p = softmax(matmul(q, k.transpose(2, 3)) * scale + key_bias, -1);
-      const Tensor<float, B> ctx =
-          matmul(p, v).permute({0, 2, 1, 3}).contiguous().reshape({n, l, h});
+      const Tensor<float, B> ctx = scaled_dot_product_attention(q, k, v, key_bias, false, scale)
+                                       .permute({0, 2, 1, 3})
+                                       .contiguous()
+                                       .reshape({n, l, h});
       x = layer_norm(linear(ctx, w.o_w, w.o_b) + x, w.ln1_w, w.ln1_b, cfg.layer_norm_eps);
       const Tensor<float, B> up = gelu(linear(x, w.up_w, w.up_b));
       x = layer_norm(linear(up, w.down_w, w.down_b) + x, w.ln2_w, w.ln2_b, cfg.layer_norm_eps);
