@@ -78,8 +78,8 @@ void check_case(const Shape& batch, int64_t lq, int64_t lk, int64_t d, int64_t d
   }
   const int64_t nb = batch.numel();
   const double sc = scale ? *scale : 1 / std::sqrt(static_cast<double>(d));
-  const auto want = reference(tt::to_doubles(q), tt::to_doubles(k), tt::to_doubles(v), md, nb,
-                              lq, lk, d, dv, causal, sc);
+  const auto want = reference(tt::to_doubles(q), tt::to_doubles(k), tt::to_doubles(v), md, nb, lq,
+                              lk, d, dv, causal, sc);
   const auto gd = tt::to_doubles(got);
   for (size_t i = 0; i < want.size(); ++i) {
     if (std::isnan(want[i])) {
@@ -141,7 +141,8 @@ TYPED_TEST(Attention, StridedViewsAreReadInPlaceOrCopied) {
   const auto q = split(0), k = split(1), v = split(2);
   ASSERT_FALSE(q.is_contiguous());
   const auto got = ts::scaled_dot_product_attention(q, k, v);
-  const auto want = ts::scaled_dot_product_attention(q.contiguous(), k.contiguous(), v.contiguous());
+  const auto want =
+      ts::scaled_dot_product_attention(q.contiguous(), k.contiguous(), v.contiguous());
   tt::expect_close(tt::to_doubles(got), tt::to_doubles(want), tol<T>(), "heads split off");
   // Rows not contiguous (transposed last dims), and batch dims with no two-stride walk.
   const auto qt = ts::rand<T>({n, heads, dh, l}, g, -1, 1).transpose(2, 3);
@@ -163,8 +164,8 @@ TYPED_TEST(Attention, FusedEqualsTheComposition) {
   const auto m = ts::rand<T>({2, 1, 1, 280}, g, -1, 1).broadcast_to({2, 3, 100, 280});
   for (bool causal : {false, true}) {
     const auto fused = ts::scaled_dot_product_attention(q, k, v, m, causal);
-    const auto composed = ts::detail::attention_composed(q, k, v, Tensor<T, cpu>(m), causal,
-                                                         1 / std::sqrt(32.0));
+    const auto composed =
+        ts::detail::attention_composed(q, k, v, Tensor<T, cpu>(m), causal, 1 / std::sqrt(32.0));
     tt::expect_close(tt::to_doubles(fused), tt::to_doubles(composed), tol<T>(),
                      causal ? "causal" : "masked");
   }
@@ -207,13 +208,19 @@ TEST(AttentionErrors, NameTheOpAndTheShapes) {
   };
   expect_shape_error([&] { (void)ts::scaled_dot_product_attention(q, k, q); }, "[2, 4, 8]");
   expect_shape_error(
-      [&] { (void)ts::scaled_dot_product_attention(q, ts::rand<float>({2, 5, 7}, g), v); },
+      [&] {
+        (void)ts::scaled_dot_product_attention(q, ts::rand<float>({2, 5, 7}, g), v);
+      },
       "[2, 5, 7]");
   expect_shape_error(
-      [&] { (void)ts::scaled_dot_product_attention(q, k, v, ts::rand<float>({3, 4, 5}, g)); },
+      [&] {
+        (void)ts::scaled_dot_product_attention(q, k, v, ts::rand<float>({3, 4, 5}, g));
+      },
       "[3, 4, 5]");
   expect_shape_error(
-      [&] { (void)ts::scaled_dot_product_attention(q, ts::rand<float>({3, 5, 8}, g), v); },
+      [&] {
+        (void)ts::scaled_dot_product_attention(q, ts::rand<float>({3, 5, 8}, g), v);
+      },
       "batch dims");
   const auto flat = ts::rand<float>({8}, g);
   expect_shape_error([&] { (void)ts::scaled_dot_product_attention(flat, flat, flat); },
@@ -228,21 +235,27 @@ using Vs = std::vector<V>;
 TEST(AttentionGrad, GradcheckWithMasksAndTheCausalRule) {
   ts::Generator g(2);
   // Small enough for finite differences, but more keys than one block (256) in one case.
-  const auto q = ts::rand<double>({2, 2, 5, 4}, g, -1, 1), k = ts::rand<double>({2, 2, 7, 4}, g, -1, 1),
+  const auto q = ts::rand<double>({2, 2, 5, 4}, g, -1, 1),
+             k = ts::rand<double>({2, 2, 7, 4}, g, -1, 1),
              v = ts::rand<double>({2, 2, 7, 3}, g, -1, 1);
   auto keep = ts::full<bool>({2, 1, 1, 7}, true);
   keep.slice(3, 5, 7).fill_(false);
   for (bool causal : {false, true}) {
     const auto r = ts::gradcheck(
-        [&](const Vs& x) { return ts::scaled_dot_product_attention(x[0], x[1], x[2], keep, causal); },
+        [&](const Vs& x) {
+          return ts::scaled_dot_product_attention(x[0], x[1], x[2], keep, causal);
+        },
         {q, k, v});
     EXPECT_TRUE(r.ok) << (causal ? "causal: " : "masked: ") << r.message;
   }
-  const auto mq = ts::rand<double>({1, 70, 3}, g, -1, 1), mk = ts::rand<double>({1, 260, 3}, g, -1, 1),
+  const auto mq = ts::rand<double>({1, 70, 3}, g, -1, 1),
+             mk = ts::rand<double>({1, 260, 3}, g, -1, 1),
              mv = ts::rand<double>({1, 260, 2}, g, -1, 1);
   ts::autograd::GradcheckOptions o;
   const auto r = ts::gradcheck(
-      [&](const Vs& x) { return ts::scaled_dot_product_attention(x[0], x[1], x[2], Tensor<double, cpu>(), true, 0.7); },
+      [&](const Vs& x) {
+        return ts::scaled_dot_product_attention(x[0], x[1], x[2], Tensor<double, cpu>(), true, 0.7);
+      },
       {mq, mk, mv}, o);
   EXPECT_TRUE(r.ok) << "two key blocks: " << r.message;
 }
@@ -259,12 +272,11 @@ TEST(AttentionGrad, FusedGradientsEqualTheComposition) {
                                      {n, l, heads, dh}),
                          {0, 2, 1, 3});
     };
-    const V out = ts::scaled_dot_product_attention(heads_of(xv, 0), heads_of(xv, 1), heads_of(xv, 2),
-                                                   mask, causal);
+    const V out = ts::scaled_dot_product_attention(heads_of(xv, 0), heads_of(xv, 1),
+                                                   heads_of(xv, 2), mask, causal);
     const V q = heads_of(xc, 0), k = heads_of(xc, 1), v = heads_of(xc, 2);
     V s = ts::matmul(q, ts::transpose(k, 2, 3)) * (1 / std::sqrt(double(dh))) + V(mask);
-    if (causal)
-      s = s + V(ts::detail::attention_fold_causal(Tensor<double, cpu>(), l, l, true));
+    if (causal) s = s + V(ts::detail::attention_fold_causal(Tensor<double, cpu>(), l, l, true));
     const V ref = ts::matmul(ts::softmax(s, -1), v);
     tt::expect_close(tt::to_doubles(out.value()), tt::to_doubles(ref.value()), 1e-12, "forward");
     const auto w = ts::rand<double>(out.shape(), g, -1, 1);

@@ -8,4 +8,5 @@
 #include "nn/module.hpp"
 #include "nn/layers.hpp"
 #include "nn/norm.hpp"
+#include "nn/transformer.hpp"
 // clang-format on

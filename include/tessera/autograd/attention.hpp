@@ -46,8 +46,8 @@ Variable<T, B> scaled_dot_product_attention(const Variable<T, B>& q, const Varia
           c.give(0, dq), c.give(1, dk), c.give(2, dv);
         });
   } else {
-    const Tensor<T, B> folded = tessera::detail::attention_fold_causal(
-        m, q.shape()[r - 2], k.shape()[r - 2], causal);
+    const Tensor<T, B> folded =
+        tessera::detail::attention_fold_causal(m, q.shape()[r - 2], k.shape()[r - 2], causal);
     Variable<T, B> sc = matmul(q, transpose(k, r - 2, r - 1)) * static_cast<T>(s);
     if (folded.defined()) sc = sc + Variable<T, B>(folded);
     return matmul(softmax(sc, -1), v);

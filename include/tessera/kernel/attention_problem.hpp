@@ -30,9 +30,9 @@ struct attention_matrix {
 /// matrix t, any strides (0 where broadcast). causal: key j takes no part for query i when
 /// j > i (the top-left aligned triangle, as PyTorch's is_causal). A query row whose every key
 /// the mask sets to -inf gets NaN, as a softmax over only -inf does. lk >= 1 (the op answers
-/// lk == 0 itself). out is contiguous [batch, lq, dv]; lse (may be null) receives each row's logsumexp of the
-/// scaled, masked scores, contiguous [batch, lq] (-inf for a row with no key), which the
-/// backward pass reads instead of recomputing the row sums.
+/// lk == 0 itself). out is contiguous [batch, lq, dv]; lse (may be null) receives each row's
+/// logsumexp of the scaled, masked scores, contiguous [batch, lq] (-inf for a row with no key),
+/// which the backward pass reads instead of recomputing the row sums.
 template <class T>
 struct attention_problem {
   int64_t batch = 0, inner = 1, lq = 0, lk = 0, d = 0, dv = 0;

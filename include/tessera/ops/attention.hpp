@@ -130,8 +130,7 @@ std::vector<Tensor<T, B>> attention_setup(Tensor<T, B> q, Tensor<T, B> k, Tensor
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < nb; ++d) (d < split ? outer : inner) *= q.shape()[d];
   p.batch = outer * inner, p.inner = inner;
-  p.lq = q.shape()[r - 2], p.lk = k.shape()[r - 2], p.d = q.shape()[r - 1],
-  p.dv = v.shape()[r - 1];
+  p.lq = q.shape()[r - 2], p.lk = k.shape()[r - 2], p.d = q.shape()[r - 1], p.dv = v.shape()[r - 1];
   return {q, k, v, mask};
 }
 
@@ -158,9 +157,8 @@ Tensor<T, B> attention_fold_causal(const Tensor<T, B>& mask, int64_t lq, int64_t
 /// mask: the fallback of backends without attention_kernel, and the "unfused" composition the
 /// benchmark and tests compare against. mask: additive, broadcast to the scores (or undefined).
 template <class T, class B>
-Tensor<T, B> attention_composed(const Tensor<T, B>& q, const Tensor<T, B>& k,
-                                const Tensor<T, B>& v, const Tensor<T, B>& mask, bool causal,
-                                double scale) {
+Tensor<T, B> attention_composed(const Tensor<T, B>& q, const Tensor<T, B>& k, const Tensor<T, B>& v,
+                                const Tensor<T, B>& mask, bool causal, double scale) {
   const int64_t r = q.rank();
   const Tensor<T, B> m = attention_fold_causal(mask, q.shape()[r - 2], k.shape()[r - 2], causal);
   Tensor<T, B> s = matmul(q, k.transpose(r - 2, r - 1)) * static_cast<T>(scale);
@@ -183,8 +181,8 @@ struct attention_result {
 /// additive and broadcast (or undefined).
 template <class T, class B>
 attention_result<T, B> attention_fused(const Tensor<T, B>& q, const Tensor<T, B>& k,
-                                       const Tensor<T, B>& v, const Tensor<T, B>& mask,
-                                       bool causal, double scale, bool want_lse) {
+                                       const Tensor<T, B>& v, const Tensor<T, B>& mask, bool causal,
+                                       double scale, bool want_lse) {
   const int64_t r = q.rank();
   Shape out_shape(q.shape()), lse_shape(q.shape());
   out_shape[r - 1] = v.shape()[r - 1];

@@ -138,8 +138,7 @@ void attention_forward_block(const attention_problem<T>& p, int64_t t, int64_t i
       if (grow != T(1))
         for (T *x = o + r * p.dv, *e = x + p.dv; x < e; ++x) *x *= grow;
     }
-    attention_gemm<T>(rows, p.dv, keys, s, ld, 1, v + j0 * p.v.rs, p.v.rs, 1, o, p.dv, T(1),
-                      T(1));
+    attention_gemm<T>(rows, p.dv, keys, s, ld, 1, v + j0 * p.v.rs, p.v.rs, 1, o, p.dv, T(1), T(1));
   }
   for (int64_t r = 0; r < rows; ++r) {
     const bool none = !(sum[r] > T(0));  // every key masked out (or NaN scores)
@@ -167,8 +166,8 @@ void attention_forward(const attention_problem<T>& p) {
 
 /// Matrix t's gradients (attention_backward_problem), on this thread.
 template <class T>
-void attention_backward_matrix(const attention_backward_problem<T>& g, int64_t t, T* pbuf,
-                               T* dpbuf, T* delta) {
+void attention_backward_matrix(const attention_backward_problem<T>& g, int64_t t, T* pbuf, T* dpbuf,
+                               T* delta) {
   const attention_problem<T>& p = g.fwd;
   const int64_t ld = attention_keys;
   const T* q = p.q.at(t, p.inner);
