@@ -14,6 +14,7 @@
 
 // The CUDA backend: specialisations of backend::memory, map_kernel, reduce_kernel, gemm_kernel,
 // conv_kernel, pool_kernel, optim_kernel and loss_kernel for cuda.
+#include "backend/cuda/attention.cuh"
 #include "backend/cuda/conv.cuh"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/error.hpp"

@@ -13,6 +13,22 @@
 
 TESSERA_BEGIN_NAMESPACE
 
+namespace autograd::detail {
+/// The composition matmul, softmax, matmul on Variables, differentiated op by op: backends and
+/// types without the fused kernel. mask: additive, broadcast to the scores (or undefined).
+template <class T, class B>
+Variable<T, B> attention_composed_variable(const Variable<T, B>& q, const Variable<T, B>& k,
+                                           const Variable<T, B>& v, const Tensor<T, B>& mask,
+                                           bool causal, double scale) {
+  const int64_t r = q.rank();
+  const Tensor<T, B> folded =
+      tessera::detail::attention_fold_causal(mask, q.shape()[r - 2], k.shape()[r - 2], causal);
+  Variable<T, B> sc = matmul(q, transpose(k, r - 2, r - 1)) * static_cast<T>(scale);
+  if (folded.defined()) sc = sc + Variable<T, B>(folded);
+  return matmul(softmax(sc, -1), v);
+}
+}  // namespace autograd::detail
+
 /// Scaled dot-product attention (see ops/attention.hpp) with gradients for q, k and v. The mask
 /// is a constant (no gradient).
 template <element_type T, class B, class M = T>
@@ -25,6 +41,8 @@ Variable<T, B> scaled_dot_product_attention(const Variable<T, B>& q, const Varia
   const double s = tessera::detail::attention_scale(scale, q.shape()[r - 1]);
   const Tensor<T, B> m = tessera::detail::attention_additive_mask<T>(mask, scores);
   if constexpr (tessera::detail::has_attention_kernel<B, T>) {
+    if (!tessera::detail::attention_kernel_takes<B>(q.shape()[r - 1], v.shape()[r - 1]))
+      return autograd::detail::attention_composed_variable(q, k, v, m, causal, s);
     const bool rec = autograd::detail::will_record<T, B>({&q, &k, &v});
     auto res = tessera::detail::attention_fused(q.value(), k.value(), v.value(), m, causal, s, rec);
     return autograd::detail::record(
@@ -46,11 +64,7 @@ Variable<T, B> scaled_dot_product_attention(const Variable<T, B>& q, const Varia
           c.give(0, dq), c.give(1, dk), c.give(2, dv);
         });
   } else {
-    const Tensor<T, B> folded =
-        tessera::detail::attention_fold_causal(m, q.shape()[r - 2], k.shape()[r - 2], causal);
-    Variable<T, B> sc = matmul(q, transpose(k, r - 2, r - 1)) * static_cast<T>(s);
-    if (folded.defined()) sc = sc + Variable<T, B>(folded);
-    return matmul(softmax(sc, -1), v);
+    return autograd::detail::attention_composed_variable(q, k, v, m, causal, s);
   }
 }
 

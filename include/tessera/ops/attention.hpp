@@ -26,11 +26,21 @@ concept has_attention_kernel = requires(const attention_problem<T>& p,
   backend::attention_kernel<B>::backward(g);
 };
 
+/// Whether backend B's fused kernel takes heads of d and dv: every size, unless the kernel says
+/// otherwise (attention_kernel<B>::supports: CUDA's takes up to 128).
+template <class B>
+bool attention_kernel_takes(int64_t d, int64_t dv) {
+  if constexpr (requires { backend::attention_kernel<B>::supports(d, dv); })
+    return backend::attention_kernel<B>::supports(d, dv);
+  else
+    return true;
+}
+
 /// A boolean mask (true: the key takes part) as the additive one: 0 or -inf.
 template <class T>
 struct attention_bool_mask {
   TESSERA_HOST_DEVICE T operator()(bool keep) const {
-    return keep ? T(0) : -std::numeric_limits<T>::infinity();
+    return keep ? T(0) : -static_cast<T>(INFINITY);  // (numeric_limits is host-only in CUDA)
   }
 };
 /// The causal rule as an additive [lq, lk] mask: -inf where key j > query i.
@@ -38,7 +48,7 @@ template <class T>
 struct attention_causal_mask {
   int64_t lk;
   TESSERA_HOST_DEVICE T operator()(int64_t e) const {
-    return e % lk > e / lk ? -std::numeric_limits<T>::infinity() : T(0);
+    return e % lk > e / lk ? -static_cast<T>(INFINITY) : T(0);
   }
 };
 
@@ -231,13 +241,12 @@ Tensor<T, B> scaled_dot_product_attention(const Tensor<T, B>& q, const Tensor<T,
     return scaled_dot_product_attention(q.template astype<C>(), k.template astype<C>(),
                                         v.template astype<C>(), m, causal, s)
         .template astype<T>();
-  } else if constexpr (detail::has_attention_kernel<B, T>) {
-    return detail::attention_fused(q, k, v, detail::attention_additive_mask<T>(mask, scores),
-                                   causal, s, false)
-        .out;
   } else {
-    return detail::attention_composed(q, k, v, detail::attention_additive_mask<T>(mask, scores),
-                                      causal, s);
+    const Tensor<T, B> m = detail::attention_additive_mask<T>(mask, scores);
+    if constexpr (detail::has_attention_kernel<B, T>)
+      if (detail::attention_kernel_takes<B>(q.shape()[q.rank() - 1], v.shape()[v.rank() - 1]))
+        return detail::attention_fused(q, k, v, m, causal, s, false).out;
+    return detail::attention_composed(q, k, v, m, causal, s);
   }
 }
 
