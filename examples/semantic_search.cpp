@@ -3,7 +3,7 @@
 // closest in meaning to each query given on the command line, with their cosine similarity.
 //
 //   semantic_search [--model DIR] [--status FILE] [--top K] [--batch B] [--threads T]
-//                   [--limit N] [--dtype fp32] "a query" ["another query" ...]
+//                   [--limit N] [--dtype fp32|int8] "a query" ["another query" ...]
 //
 // The model folder comes from scripts/fetch_model.sh (default: ~/.cache/tessera/
 // all-MiniLM-L6-v2); the corpus from dpkg's status file (default /var/lib/dpkg/status).
@@ -34,7 +34,7 @@ struct Args {
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "semantic_search: %s\nusage: semantic_search [--model DIR] [--status FILE] "
-               "[--top K] [--batch B] [--threads T] [--limit N] [--dtype fp32] QUERY...\n",
+               "[--top K] [--batch B] [--threads T] [--limit N] [--dtype fp32|int8] QUERY...\n",
                why.c_str());
   std::exit(2);
 }
@@ -77,8 +77,8 @@ Args parse(int argc, char** argv) {
   if (a.queries.empty()) usage("give at least one query");
   if (a.top < 1 || a.batch < 1 || a.threads < 1 || a.limit < 0)
     usage("--top, --batch and --threads must be positive, --limit not negative");
-  if (a.dtype != "fp32")
-    usage("--dtype " + a.dtype + ": only fp32 is implemented so far (bf16, int8 and fp8 are not)");
+  if (a.dtype != "fp32" && a.dtype != "int8")
+    usage("--dtype " + a.dtype + ": fp32 or int8 (bf16 and fp8 are not implemented yet)");
   return a;
 }
 
@@ -111,7 +111,9 @@ int main(int argc, char** argv) {
   const Args args = parse(argc, argv);
   try {
     ts::set_num_threads(args.threads);
-    const auto model = ts::models::bert::load(args.model);
+    const auto model = ts::models::bert::load(args.model, args.dtype == "int8"
+                                                              ? ts::models::bert::precision::int8
+                                                              : ts::models::bert::precision::fp32);
     const std::vector<std::string> docs = package_descriptions(args.status, args.limit);
     const int64_t n = static_cast<int64_t>(docs.size()), h = model.cfg.hidden_size;
     if (n == 0) throw ts::error("semantic_search: no package descriptions in " + args.status);

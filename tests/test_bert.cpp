@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -61,6 +62,32 @@ TEST(Bert, SentenceEmbeddingsMatchTransformers) {
     const ts::Tensor<float> got = minilm().encode(texts, batch);
     EXPECT_LE(max_abs_diff(got, want), 1e-5) << "batch " << batch;
   }
+}
+
+// int8 dynamic quantization of the linear layers: the embeddings keep a mean cosine of at least
+// 0.99 to transformers' float32 ones (both are unit vectors), and no sentence falls below 0.98.
+// Measured: mean 0.9966, worst 0.9857 (the empty text; '—' and 'This includes:' next): the
+// shortest inputs, whose few token states carry the largest outliers. ONNX Runtime's
+// quantize_dynamic model of the same weights gives mean 0.945, worst 0.868 here.
+TEST(Bert, Int8EmbeddingsStayCloseToFloat32) {
+  const auto ref = ts::io::safetensors_file::open(data / "reference.safetensors");
+  const auto texts = sentences();
+  const auto m = ts::models::bert::load(model_dir(), ts::models::bert::precision::int8);
+  const auto got = m.encode(texts, 32).to_vector();
+  const auto want = ref.get<float>("embeddings").contiguous().to_vector();
+  const size_t h = 384;
+  ASSERT_EQ(got.size(), texts.size() * h);
+  double worst = 1, total = 0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    double dot = 0;
+    for (size_t c = 0; c < h; ++c) dot += static_cast<double>(got[i * h + c]) * want[i * h + c];
+    worst = std::min(worst, dot), total += dot;
+  }
+  EXPECT_GE(total / static_cast<double>(texts.size()), 0.99);
+  EXPECT_GE(worst, 0.98);
+  EXPECT_LT(total / static_cast<double>(texts.size()), 0.99999) << "int8 should differ at all";
+  std::printf("int8 cosine to float32: worst %.5f, mean %.5f\n", worst,
+              total / static_cast<double>(texts.size()));
 }
 
 TEST(Bert, TokenStatesMatchTransformersAloneAndPadded) {

@@ -1,8 +1,8 @@
 // all-MiniLM-L6-v2 inference in tessera: throughput at batch 32 x 128 tokens (sentences/s) and
-// latency at batch 1 x 16 tokens, float32, 2 threads. Token ids are fixed random ordinary
-// words, every token attended. The anchors (PyTorch, ONNX Runtime fp32 and int8) run the same
-// shapes in bench/bert/bert_anchors.py; scripts/bench_bert.sh runs both and prints one table.
-// The model folder: TESSERA_MINILM_DIR, else scripts/fetch_model.sh's.
+// latency at batch 1 x 16 tokens, float32 and int8 (dynamic quantization), 2 threads. Token ids are
+// fixed random ordinary words, every token attended. The anchors (PyTorch, ONNX Runtime fp32 and
+// int8) run the same shapes in bench/bert/bert_anchors.py; scripts/bench_bert.sh runs both and
+// prints one table. The model folder: TESSERA_MINILM_DIR, else scripts/fetch_model.sh's.
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -22,18 +22,20 @@ std::string model_dir() {
          "/tessera/all-MiniLM-L6-v2";
 }
 
-const ts::models::bert::Model<>& model() {
-  static const auto m = ts::models::bert::load(model_dir());
-  return m;
+const ts::models::bert::Model<>& model(ts::models::bert::precision p) {
+  static const auto fp32 = ts::models::bert::load(model_dir());
+  static const auto int8 = ts::models::bert::load(model_dir(), ts::models::bert::precision::int8);
+  return p == ts::models::bert::precision::int8 ? int8 : fp32;
 }
 
+template <ts::models::bert::precision P>
 void BertForward(benchmark::State& st) {
   ts::set_num_threads(2);
   const int64_t n = st.range(0), l = st.range(1);
   ts::Generator g(1);
   const auto ids = ts::randint<int64_t>(1000, 20000, {n, l}, g);
   const auto mask = ts::ones<int64_t>({n, l});
-  const auto& m = model();
+  const auto& m = model(P);
   (void)m.forward(ids, mask);  // warm-up: page in the mapped weights
   for (auto _ : st) {
     auto out = m.forward(ids, mask);
@@ -43,9 +45,17 @@ void BertForward(benchmark::State& st) {
       benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+void BertForward_fp32(benchmark::State& st) { BertForward<ts::models::bert::precision::fp32>(st); }
+void BertForward_int8(benchmark::State& st) { BertForward<ts::models::bert::precision::int8>(st); }
+
 }  // namespace
 
-BENCHMARK(BertForward)
+BENCHMARK(BertForward_fp32)
+    ->Args({32, 128})
+    ->Args({1, 16})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BertForward_int8)
     ->Args({32, 128})
     ->Args({1, 16})
     ->Unit(benchmark::kMillisecond)

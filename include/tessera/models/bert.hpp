@@ -5,9 +5,9 @@
 //   auto m = ts::models::bert::load("all-MiniLM-L6-v2");
 //   ts::Tensor<float> e = m.encode({"a sentence", "another one"});   // [2, 384], unit rows
 //
-// Inference only, in float32, on the CPU (views of the memory-mapped weight file) or on another
-// backend (weights copied there). Needs what io/safetensors.hpp and text/wordpiece.hpp need:
-// nlohmann/json and utf8proc.
+// Inference only, in float32 or with int8 linear layers (precision::int8), on the CPU (views of the
+// memory-mapped weight file) or on another backend (weights copied there). Needs what
+// io/safetensors.hpp and text/wordpiece.hpp need: nlohmann/json and utf8proc.
 #pragma once
 
 #include <cmath>
@@ -21,6 +21,7 @@
 
 #include "../io/safetensors.hpp"
 #include "../ops/embedding.hpp"
+#include "../ops/quant.hpp"
 #include "../tessera.hpp"
 #include "../text/wordpiece.hpp"
 
@@ -70,11 +71,36 @@ struct config {
   }
 };
 
-/// One encoder layer's weights (Hugging Face names under encoder.layer.<i>.).
+/// How the linear layers run: float32, or int8 with dynamic quantization (weights per output
+/// channel at load time, activations per row at run time: ops/quant.hpp). Embeddings, layer
+/// norms and attention stay float32 in both.
+enum class precision { fp32, int8 };
+
+/// One linear layer of the encoder, in the model's precision.
+template <class B>
+struct dense {
+  Tensor<float, B> weight, bias;  // float32 (undefined once quantized)
+  int8_linear_weights<B> quantized;
+  bool is_int8 = false;
+
+  dense() = default;
+  dense(Tensor<float, B> w, Tensor<float, B> b, precision p) {
+    if (p == precision::int8)
+      quantized = quantize_linear_int8(w, b), is_int8 = true;
+    else
+      weight = std::move(w), bias = std::move(b);
+  }
+  Tensor<float, B> operator()(const Tensor<float, B>& x) const {
+    return is_int8 ? int8_linear(x, quantized) : linear(x, weight, bias);
+  }
+};
+
+/// One encoder layer (Hugging Face names under encoder.layer.<i>.). The query, key and value
+/// projections are stacked into one [3h, h] layer: one product instead of three.
 template <class B>
 struct layer {
-  Tensor<float, B> q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b, ln1_w, ln1_b;
-  Tensor<float, B> up_w, up_b, down_w, down_b, ln2_w, ln2_b;
+  dense<B> qkv, out, up, down;
+  Tensor<float, B> ln1_w, ln1_b, ln2_w, ln2_b;
 };
 
 template <class B = cpu>
@@ -89,7 +115,7 @@ class Model {
   /// Loads the folder. Throws io_error / error as config::read, safetensors_file::open and
   /// WordPiece::from_pretrained do, and io_error naming a weight that is missing or has another
   /// shape or dtype than the config implies.
-  static Model load(const std::filesystem::path& dir) {
+  static Model load(const std::filesystem::path& dir, precision prec = precision::fp32) {
     config c = config::read(dir / "config.json");  // first: its errors say the most
     Model m(c, text::WordPiece::from_pretrained(dir));
     const auto st =
@@ -117,20 +143,24 @@ class Model {
     for (int64_t i = 0; i < m.cfg.num_hidden_layers; ++i) {
       const std::string p = "encoder.layer." + std::to_string(i) + ".";
       layer<B> l;
-      l.q_w = get(p + "attention.self.query.weight", {h, h});
-      l.q_b = get(p + "attention.self.query.bias", {h});
-      l.k_w = get(p + "attention.self.key.weight", {h, h});
-      l.k_b = get(p + "attention.self.key.bias", {h});
-      l.v_w = get(p + "attention.self.value.weight", {h, h});
-      l.v_b = get(p + "attention.self.value.bias", {h});
-      l.o_w = get(p + "attention.output.dense.weight", {h, h});
-      l.o_b = get(p + "attention.output.dense.bias", {h});
+      auto qkv_part = [&](const char* which, bool bias) {
+        const std::string n = p + "attention.self." + which + (bias ? ".bias" : ".weight");
+        return get(n, bias ? Shape{h} : Shape{h, h});
+      };
+      l.qkv =
+          dense<B>(cat(std::vector<Tensor<float, B>>{
+                       qkv_part("query", false), qkv_part("key", false), qkv_part("value", false)}),
+                   cat(std::vector<Tensor<float, B>>{qkv_part("query", true), qkv_part("key", true),
+                                                     qkv_part("value", true)}),
+                   prec);
+      l.out = dense<B>(get(p + "attention.output.dense.weight", {h, h}),
+                       get(p + "attention.output.dense.bias", {h}), prec);
       l.ln1_w = get(p + "attention.output.LayerNorm.weight", {h});
       l.ln1_b = get(p + "attention.output.LayerNorm.bias", {h});
-      l.up_w = get(p + "intermediate.dense.weight", {f, h});
-      l.up_b = get(p + "intermediate.dense.bias", {f});
-      l.down_w = get(p + "output.dense.weight", {h, f});
-      l.down_b = get(p + "output.dense.bias", {h});
+      l.up = dense<B>(get(p + "intermediate.dense.weight", {f, h}),
+                      get(p + "intermediate.dense.bias", {f}), prec);
+      l.down =
+          dense<B>(get(p + "output.dense.weight", {h, f}), get(p + "output.dense.bias", {h}), prec);
       l.ln2_w = get(p + "output.LayerNorm.weight", {h});
       l.ln2_b = get(p + "output.LayerNorm.bias", {h});
       m.layers_.push_back(std::move(l));
@@ -180,16 +210,17 @@ class Model {
       return t.reshape({n, l, heads, dh}).permute({0, 2, 1, 3});
     };
     for (const layer<B>& w : layers_) {
-      const Tensor<float, B> q = split_heads(linear(x, w.q_w, w.q_b));
-      const Tensor<float, B> k = split_heads(linear(x, w.k_w, w.k_b));
-      const Tensor<float, B> v = split_heads(linear(x, w.v_w, w.v_b));
+      const Tensor<float, B> qkv = w.qkv(x);  // [n, l, 3h]: q, k and v side by side
+      const Tensor<float, B> q = split_heads(qkv.slice(2, 0, h));
+      const Tensor<float, B> k = split_heads(qkv.slice(2, h, 2 * h));
+      const Tensor<float, B> v = split_heads(qkv.slice(2, 2 * h, 3 * h));
       const Tensor<float, B> ctx = scaled_dot_product_attention(q, k, v, key_bias, false, scale)
                                        .permute({0, 2, 1, 3})
                                        .contiguous()
                                        .reshape({n, l, h});
-      x = layer_norm(linear(ctx, w.o_w, w.o_b) + x, w.ln1_w, w.ln1_b, cfg.layer_norm_eps);
-      const Tensor<float, B> up = gelu(linear(x, w.up_w, w.up_b));
-      x = layer_norm(linear(up, w.down_w, w.down_b) + x, w.ln2_w, w.ln2_b, cfg.layer_norm_eps);
+      x = layer_norm(w.out(ctx) + x, w.ln1_w, w.ln1_b, cfg.layer_norm_eps);
+      const Tensor<float, B> up = gelu(w.up(x));
+      x = layer_norm(w.down(up) + x, w.ln2_w, w.ln2_b, cfg.layer_norm_eps);
     }
     return x;
   }
@@ -229,10 +260,10 @@ class Model {
   std::vector<layer<B>> layers_;
 };
 
-/// Model<B>::load(dir).
+/// Model<B>::load(dir, precision).
 template <class B = cpu>
-Model<B> load(const std::filesystem::path& dir) {
-  return Model<B>::load(dir);
+Model<B> load(const std::filesystem::path& dir, precision p = precision::fp32) {
+  return Model<B>::load(dir, p);
 }
 
 }  // namespace models::bert

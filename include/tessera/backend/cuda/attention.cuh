@@ -36,6 +36,18 @@ __device__ void cuda_attention_load(T* tile, const T* src, int64_t rs, int64_t r
   }
 }
 
+/// Matrix t's q, k, v and mask (null: none).
+template <class T>
+struct cuda_attention_operands {
+  const T *q, *k, *v, *mask;
+};
+template <class T>
+__device__ cuda_attention_operands<T> cuda_attention_matrix(const attention_problem<T>& p,
+                                                            int64_t t) {
+  return {p.q.at(t, p.inner), p.k.at(t, p.inner), p.v.at(t, p.inner),
+          p.mask.p ? p.mask.at(t, p.inner) : nullptr};
+}
+
 /// The scaled, masked score of query i and key j (q_row: query i's row in registers, k_row: key
 /// j's row in shared memory); -inf where the causal rule drops the key.
 template <class T>
@@ -57,10 +69,7 @@ __global__ void __launch_bounds__(cuda_attention_rows)
   TESSERA_CUDA_SHARED(T, vs, [cuda_attention_tile * cuda_attention_max_dim]);
   const int64_t t = blockIdx.x, i = int64_t{blockIdx.y} * cuda_attention_rows + threadIdx.x;
   const bool active = i < p.lq;
-  const T* q = p.q.at(t, p.inner);
-  const T* k = p.k.at(t, p.inner);
-  const T* v = p.v.at(t, p.inner);
-  const T* mk = p.mask.p ? p.mask.at(t, p.inner) : nullptr;
+  const auto [q, k, v, mk] = cuda_attention_matrix(p, t);
   using std::exp;
   using std::log;
   const T ninf = -static_cast<T>(INFINITY);
@@ -119,10 +128,7 @@ __global__ void __launch_bounds__(cuda_attention_rows)
   const attention_problem<T>& p = g.fwd;
   const int64_t t = blockIdx.x, i = int64_t{blockIdx.y} * cuda_attention_rows + threadIdx.x;
   const bool active = i < p.lq;
-  const T* q = p.q.at(t, p.inner);
-  const T* k = p.k.at(t, p.inner);
-  const T* v = p.v.at(t, p.inner);
-  const T* mk = p.mask.p ? p.mask.at(t, p.inner) : nullptr;
+  const auto [q, k, v, mk] = cuda_attention_matrix(p, t);
   using std::exp;
   const T ninf = -static_cast<T>(INFINITY);
   T q_row[cuda_attention_max_dim], go_row[cuda_attention_max_dim], acc[cuda_attention_max_dim];
@@ -165,10 +171,7 @@ __global__ void __launch_bounds__(cuda_attention_rows)
   const attention_problem<T>& p = g.fwd;
   const int64_t t = blockIdx.x, j = int64_t{blockIdx.y} * cuda_attention_rows + threadIdx.x;
   const bool active = j < p.lk;
-  const T* q = p.q.at(t, p.inner);
-  const T* k = p.k.at(t, p.inner);
-  const T* v = p.v.at(t, p.inner);
-  const T* mk = p.mask.p ? p.mask.at(t, p.inner) : nullptr;
+  const auto [q, k, v, mk] = cuda_attention_matrix(p, t);
   using std::exp;
   const T ninf = -static_cast<T>(INFINITY);
   T k_row[cuda_attention_max_dim], v_row[cuda_attention_max_dim];

@@ -1,0 +1,80 @@
+// int8 dynamic quantization of linear layers: the per-row quantization against its definition,
+// int8_linear against a float64 reference of the same quantized operands (exact up to float
+// rounding) and against the float layer (within the quantization error bound), edge cases and
+// bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <tessera/ops/quant.hpp>
+
+#include "test_util.hpp"
+
+namespace {
+namespace ts = tessera;
+using ts::cpu;
+
+TEST(QuantizeInt8Rows, RoundsEachRowToItsOwnStep) {
+  ts::Generator g(1);
+  auto x = ts::rand<float>({5, 37}, g, -4, 4);
+  x.slice(0, 2, 3).fill_(0.0f);  // an all-zero row: step 0, values 0
+  const auto q = ts::quantize_int8_rows(x);
+  ASSERT_EQ(q.values.shape(), x.shape());
+  ASSERT_EQ(q.steps.shape(), ts::Shape({5, 1}));
+  const auto xv = tt::to_doubles(x), qv = tt::to_doubles(q.values), sv = tt::to_doubles(q.steps);
+  for (int64_t r = 0; r < 5; ++r) {
+    double m = 0;
+    for (int64_t c = 0; c < 37; ++c) m = std::max(m, std::abs(xv[r * 37 + c]));
+    EXPECT_FLOAT_EQ(sv[r], m / 127) << "row " << r;
+    for (int64_t c = 0; c < 37; ++c) {
+      const double want = sv[r] > 0 ? std::nearbyint(xv[r * 37 + c] / sv[r]) : 0.0;
+      EXPECT_NEAR(qv[r * 37 + c], want, 1.0 + 1e-9) << r << ", " << c;  // float division
+      EXPECT_LE(std::abs(qv[r * 37 + c]), 127);
+      EXPECT_LE(std::abs(qv[r * 37 + c] * sv[r] - xv[r * 37 + c]), sv[r] * 0.5 + 1e-6);
+    }
+  }
+}
+
+TEST(Int8Linear, EqualsTheProductOfTheQuantizedOperands) {
+  ts::Generator g(2);
+  for (int64_t in : {1, 7, 64, 300}) {
+    const auto x = ts::rand<float>({3, 11, in}, g, -2, 2), w = ts::rand<float>({29, in}, g, -1, 1),
+               b = ts::rand<float>({29}, g, -1, 1);
+    const auto qw = ts::quantize_linear_int8(w, b);
+    const auto y = ts::int8_linear(x, qw);
+    ASSERT_EQ(y.shape(), ts::Shape({3, 11, 29}));
+    // Reference: the same quantized operands multiplied in double.
+    const auto qx = ts::quantize_int8_rows(x.reshape({33, in}));
+    const auto xv = tt::to_doubles(qx.values), xs = tt::to_doubles(qx.steps),
+               wv = tt::to_doubles(qw.weight.values), ws = tt::to_doubles(qw.weight.steps),
+               bv = tt::to_doubles(b), fx = tt::to_doubles(x), fw = tt::to_doubles(w);
+    const auto yv = tt::to_doubles(y);
+    for (int64_t i = 0; i < 33; ++i)
+      for (int64_t j = 0; j < 29; ++j) {
+        double acc = 0, exact = 0, bound = 0;
+        for (int64_t k = 0; k < in; ++k) {
+          acc += xv[i * in + k] * wv[j * in + k];
+          exact += fx[i * in + k] * fw[j * in + k];
+          bound += std::abs(fx[i * in + k]) * ws[j] / 2 + std::abs(fw[j * in + k]) * xs[i] / 2 +
+                   xs[i] * ws[j] / 4;
+        }
+        const double want = acc * xs[i] * ws[j] + bv[j];
+        ASSERT_NEAR(yv[i * 29 + j], want, 1e-5 * (1 + std::abs(want)))
+            << in << ": " << i << ", " << j;
+        ASSERT_LE(std::abs(yv[i * 29 + j] - (exact + bv[j])), bound + 1e-5) << "error bound";
+      }
+  }
+}
+
+TEST(Int8Linear, EmptyInputsNoBiasAndBadShapes) {
+  ts::Generator g(3);
+  const auto w = ts::rand<float>({4, 6}, g);
+  const auto qw = ts::quantize_linear_int8(w);
+  EXPECT_EQ(ts::int8_linear(ts::zeros<float>({0, 6}), qw).shape(), ts::Shape({0, 4}));
+  const auto y = ts::int8_linear(ts::zeros<float>({2, 6}), qw);
+  for (double v : tt::to_doubles(y)) EXPECT_EQ(v, 0.0);
+  EXPECT_THROW((void)ts::int8_linear(ts::zeros<float>({2, 5}), qw), ts::shape_error);
+  EXPECT_THROW((void)ts::quantize_linear_int8(w, ts::zeros<float>({5})), ts::shape_error);
+  EXPECT_THROW((void)ts::quantize_int8_rows(ts::full<float>({}, 1.0f)), ts::shape_error);
+}
+
+}  // namespace
