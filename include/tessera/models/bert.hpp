@@ -76,7 +76,10 @@ struct config {
 /// norms and attention stay float32 in both.
 enum class precision { fp32, int8 };
 
-/// One linear layer of the encoder, in the model's precision.
+/// One linear layer of the encoder, in the model's precision. The float32 weight is stored
+/// transposed ([in, out] contiguous, seen as [out, in]): the GEMM then reads it in place for
+/// short inputs instead of packing all of it on every call, which at 1 x 16 tokens was a third
+/// of the time.
 template <class B>
 struct dense {
   Tensor<float, B> weight, bias;  // float32 (undefined once quantized)
@@ -87,8 +90,8 @@ struct dense {
   dense(Tensor<float, B> w, Tensor<float, B> b, precision p) {
     if (p == precision::int8)
       quantized = quantize_linear_int8(w, b), is_int8 = true;
-    else
-      weight = std::move(w), bias = std::move(b);
+    else  // [out, in] as a view of the contiguous [in, out] transpose: see below
+      weight = w.transpose(0, 1).contiguous().transpose(0, 1), bias = std::move(b);
   }
   Tensor<float, B> operator()(const Tensor<float, B>& x) const {
     return is_int8 ? int8_linear(x, quantized) : linear(x, weight, bias);
