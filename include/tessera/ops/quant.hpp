@@ -79,6 +79,9 @@ int8_linear_weights<B> quantize_linear_int8(const Tensor<float, B>& weight,
                               " and ", bias.defined() ? bias.shape() : Shape{});
   int8_linear_weights<B> q{quantize_int8_rows(weight), bias, weight.shape()[1], weight.shape()[0]};
   q.weight.steps = q.weight.steps.reshape({1, q.out_features});
+  // Kept as a view of the contiguous [in, out] transpose: the product's B operand then has
+  // contiguous rows, which the int8 GEMM packs several times faster than strided ones.
+  q.weight.values = q.weight.values.transpose(0, 1).contiguous().transpose(0, 1);
   if (!q.bias.defined()) q.bias = zeros<float, B>({q.out_features});
   return q;
 }
