@@ -48,18 +48,18 @@ Variable<T, B> scaled_dot_product_attention(const Variable<T, B>& q, const Varia
     return autograd::detail::record(
         "scaled_dot_product_attention", res.out, {&q, &k, &v},
         {q.value(), k.value(), v.value(), m, res.out},
-        [qv = q.value(), kv = k.value(), vv = v.value(), m, out = res.out, lse = res.lse, causal,
-         s](const autograd::backward_context<T, B>& c) {
-          Tensor<T, B> dq = zeros<T, B>(qv.shape()), dk = zeros<T, B>(kv.shape()),
-                       dv = zeros<T, B>(vv.shape());
+        [res](const autograd::backward_context<T, B>& c) {
+          // The forward's problem (its operands and out, lse kept alive by res).
           tessera::detail::attention_backward_problem<T> g;
-          const auto keep = tessera::detail::attention_setup(qv, kv, vv, m, g.fwd);
+          g.fwd = res.problem;
+          const auto& op = res.operands;
+          Tensor<T, B> dq(op[0].shape()), dk(op[1].shape()), dv(op[2].shape());
           if (g.fwd.batch > 0 && g.fwd.lq > 0 && g.fwd.lk > 0) {
             const Tensor<T, B> go = c.grad().contiguous();
-            g.fwd.causal = causal, g.fwd.scale = static_cast<T>(s);
-            g.fwd.out = out.data(), g.fwd.lse = lse.data();
             g.grad_out = go.data(), g.dq = dq.data(), g.dk = dk.data(), g.dv = dv.data();
-            backend::attention_kernel<B>::backward(g);
+            backend::attention_kernel<B>::backward(g);  // overwrites dq, dk and dv
+          } else {
+            dq.fill_(T(0)), dk.fill_(T(0)), dv.fill_(T(0));
           }
           c.give(0, dq), c.give(1, dk), c.give(2, dv);
         });

@@ -151,6 +151,8 @@ Tensor<T, B> attention_additive_mask(const Tensor<M, B>& mask, const Shape& scor
   if (!mask.defined()) return {};
   if constexpr (std::is_same_v<M, bool>)
     return map(attention_bool_mask<T>{}, mask).broadcast_to(scores);
+  else if constexpr (std::is_same_v<M, T>)
+    return mask.broadcast_to(scores);  // a view: astype would clone it
   else
     return mask.template astype<T>().broadcast_to(scores);
 }
@@ -181,10 +183,14 @@ inline double attention_scale(std::optional<double> scale, int64_t d) {
   return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(d));
 }
 
-/// Output and logsumexp of the fused forward (lse undefined unless want_lse).
+/// The fused forward's output and logsumexp (lse undefined unless want_lse), and the problem
+/// as the kernel ran it with the operands it read (copies where attention_setup made them), so
+/// that the backward pass reuses both instead of setting them up again.
 template <class T, class B>
 struct attention_result {
   Tensor<T, B> out, lse;
+  attention_problem<T> problem;
+  std::vector<Tensor<T, B>> operands;
 };
 
 /// The fused forward on float or double (has_attention_kernel<B, T>): q, k, v checked, mask
@@ -197,18 +203,19 @@ attention_result<T, B> attention_fused(const Tensor<T, B>& q, const Tensor<T, B>
   Shape out_shape(q.shape()), lse_shape(q.shape());
   out_shape[r - 1] = v.shape()[r - 1];
   lse_shape.erase(static_cast<int>(r - 1));
-  attention_result<T, B> res{Tensor<T, B>(out_shape),
-                             want_lse ? Tensor<T, B>(lse_shape) : Tensor<T, B>()};
-  attention_problem<T> p;
-  const auto keep = attention_setup(q, k, v, mask, p);
+  attention_result<T, B> res;
+  res.out = Tensor<T, B>(out_shape);
+  if (want_lse) res.lse = Tensor<T, B>(lse_shape);
+  attention_problem<T>& p = res.problem;
+  res.operands = attention_setup(q, k, v, mask, p);
+  p.causal = causal, p.scale = static_cast<T>(scale);
+  p.out = res.out.data(), p.lse = want_lse ? res.lse.data() : nullptr;
   if (p.batch == 0 || p.lq == 0) return res;
   if (p.lk == 0) {  // no keys: the empty softmax times an empty v is 0, as the composition
     res.out.fill_(T(0));
     if (want_lse) res.lse.fill_(-std::numeric_limits<T>::infinity());
     return res;
   }
-  p.causal = causal, p.scale = static_cast<T>(scale);
-  p.out = res.out.data(), p.lse = want_lse ? res.lse.data() : nullptr;
   backend::attention_kernel<B>::forward(p);
   return res;
 }
