@@ -1,6 +1,7 @@
 // tessera/nn/norm.hpp - normalization layers: BatchNorm1d, BatchNorm2d, LayerNorm.
 #pragma once
 
+#include "../autograd/embedding.hpp"
 #include "../autograd/reduce.hpp"
 #include "../autograd/shape.hpp"
 #include "module.hpp"
@@ -130,13 +131,7 @@ class LayerNorm : public Module<T, B> {
     if (!ok)
       tessera::detail::fail<shape_error>("LayerNorm", "input of shape ", x.shape(),
                                          " does not end with ", normalized_shape);
-    Axes axes;
-    for (int d = r - k; d < r; ++d) axes.push_back(d);
-    const Variable<T, B> m = mean(x, axes, true);
-    const Variable<T, B> v = var(x, axes, true, 0.0);
-    Variable<T, B> y = (x - m) * rsqrt(v + static_cast<T>(eps));
-    if (weight.defined()) y = y * weight + bias;
-    return y;
+    return tessera::detail::layer_norm_over<T>(x, k, weight, bias, eps);
   }
 };
 

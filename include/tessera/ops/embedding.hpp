@@ -54,8 +54,23 @@ Tensor<T, B> embedding(const Tensor<T, B>& table, const Tensor<int64_t, B>& ids)
 }
 
 namespace detail {
-/// layer_norm for Tensors and Variables alike (X: the tensor type, T its element type): the
-/// checks, then the composition of mean, var and rsqrt, found for X by argument-dependent lookup.
+/// Normalization over the last `dims` dims of x, for Tensors and Variables alike (X: the tensor
+/// type, T its element type): (x - mean) * rsqrt(var + eps), then * weight and + bias where
+/// defined, composed of ops found for X by argument-dependent lookup. No checks: layer_norm and
+/// nn::LayerNorm make their own.
+template <class T, class X>
+X layer_norm_over(const X& x, int dims, const X& weight, const X& bias, double eps) {
+  Axes axes;
+  for (int d = x.rank() - dims; d < x.rank(); ++d) axes.push_back(d);
+  const X m = mean(x, axes, true);
+  const X v = var(x, axes, true, 0.0);
+  X y = (x - m) * rsqrt(v + static_cast<T>(eps));
+  if (weight.defined()) y = y * weight;
+  if (bias.defined()) y = y + bias;
+  return y;
+}
+
+/// layer_norm for Tensors and Variables alike: the checks, then layer_norm_over the last dim.
 template <class T, class X>
 X layer_norm_composed(const X& x, const X& weight, const X& bias, double eps) {
   if (x.rank() == 0) fail<shape_error>("layer_norm", "x must have at least one dim");
@@ -63,13 +78,7 @@ X layer_norm_composed(const X& x, const X& weight, const X& bias, double eps) {
   for (const X* p : {&weight, &bias})
     if (p->defined() && (p->rank() != 1 || p->shape()[0] != c))
       fail<shape_error>("layer_norm", "weight and bias must be [", c, "], got ", p->shape());
-  const Axes last{x.rank() - 1};
-  const X m = mean(x, last, true);
-  const X v = var(x, last, true, 0.0);
-  X y = (x - m) * rsqrt(v + static_cast<T>(eps));
-  if (weight.defined()) y = y * weight;
-  if (bias.defined()) y = y + bias;
-  return y;
+  return layer_norm_over<T>(x, 1, weight, bias, eps);
 }
 }  // namespace detail
 
