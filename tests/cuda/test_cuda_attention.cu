@@ -28,8 +28,8 @@ TYPED_TEST(CudaAttention, ForwardMatchesCpu) {
   const shape_case cases[] = {
       {1, 1, 8, 8}, {70, 33, 32, 32}, {130, 130, 64, 48}, {17, 90, 128, 128}, {5, 200, 16, 24}};
   for (const shape_case& c : cases) {
-    const std::string what = "lq " + std::to_string(c.lq) + " lk " + std::to_string(c.lk) +
-                             " d " + std::to_string(c.d);
+    const std::string what =
+        "lq " + std::to_string(c.lq) + " lk " + std::to_string(c.lk) + " d " + std::to_string(c.d);
     const auto q = sample<T>({2, 2, c.lq, c.d}, 1), k = sample<T>({2, 2, c.lk, c.d}, 2),
                v = sample<T>({2, 2, c.lk, c.dv}, 3);
     HostT<bool> keep = ts::full<bool, ts::cpu>({2, 1, 1, c.lk}, true);
@@ -102,8 +102,7 @@ TYPED_TEST(CudaAttention, GradientsMatchCpu) {
           c(v.template to<B>(), true);
       const auto out = ts::scaled_dot_product_attention(a, b, c, keep.template to<B>(), causal);
       ts::sum(out * ts::Variable<T, B>(w.template to<B>())).backward();
-      return std::vector<HostT<T>>{a.grad().template to<ts::cpu>(),
-                                   b.grad().template to<ts::cpu>(),
+      return std::vector<HostT<T>>{a.grad().template to<ts::cpu>(), b.grad().template to<ts::cpu>(),
                                    c.grad().template to<ts::cpu>()};
     };
     const auto want = grads(ts::cpu{}), got = grads(ts::cuda{});
@@ -120,8 +119,7 @@ TEST_F(CudaAttentionOther, LargeHeadsComposeAndHalfComputesInFloat) {
   const auto q = sample<float>({2, 20, 160}, 1), k = sample<float>({2, 30, 160}, 2);
   expect_same(
       "d = 160 (composed)", 2e-5, 2e-5,
-      [](const auto& a, const auto& b) { return ts::scaled_dot_product_attention(a, b, b); }, q,
-      k);
+      [](const auto& a, const auto& b) { return ts::scaled_dot_product_attention(a, b, b); }, q, k);
   const auto h = sample<ts::half>({2, 2, 33, 32}, 3);
   expect_same(
       "half", 2e-3, 2e-3,

@@ -80,8 +80,7 @@ T attention_row_exp(T* x, int64_t n, T m) {
   return s;
 }
 
-/// Adds matrix t's mask to a block of scores s (rows i0.., keys j0.., row stride ld) and returns
-/// how many leading keys of each row count under the causal rule (the rest are ignored).
+/// Adds matrix t's mask (if any) to a block of scores s: rows i0.., keys j0.., row stride ld.
 template <class T>
 void attention_add_mask(const attention_problem<T>& p, int64_t t, int64_t i0, int64_t rows,
                         int64_t j0, int64_t keys, T* s, int64_t ld) {

@@ -25,6 +25,11 @@ namespace detail {
 inline constexpr int cuda_attention_rows = 64, cuda_attention_tile = 16,
                      cuda_attention_max_dim = 128;
 
+/// Rows of the tile that starts at row r0 of end rows: cuda_attention_tile, or fewer at the end.
+__device__ inline int cuda_attention_tile_rows(int64_t end, int64_t r0) {
+  return static_cast<int>(end - r0 < cuda_attention_tile ? end - r0 : cuda_attention_tile);
+}
+
 /// Copies rows [r0, r0 + n) of an [l, dim] operand (row stride rs, unit columns) into a
 /// cuda_attention_tile x cuda_attention_max_dim shared tile, every thread of the block helping.
 template <class T>
@@ -81,8 +86,7 @@ __global__ void __launch_bounds__(cuda_attention_rows)
   const int64_t last = (int64_t{blockIdx.y} + 1) * cuda_attention_rows;
   const int64_t key_end = p.causal && last < p.lk ? last : p.lk;
   for (int64_t j0 = 0; j0 < key_end; j0 += cuda_attention_tile) {
-    const int n =
-        static_cast<int>(key_end - j0 < cuda_attention_tile ? key_end - j0 : cuda_attention_tile);
+    const int n = cuda_attention_tile_rows(key_end, j0);
     __syncthreads();  // the previous tile is no longer read
     cuda_attention_load(ks, k, p.k.rs, j0, n, p.d);
     cuda_attention_load(vs, v, p.v.rs, j0, n, p.dv);
@@ -137,8 +141,7 @@ __global__ void __launch_bounds__(cuda_attention_rows)
   for (int64_t c = 0; c < p.dv; ++c) go_row[c] = active ? g.grad_out[r * p.dv + c] : T(0);
   const T lse = active ? p.lse[r] : ninf, dl = active ? delta[r] : T(0);
   for (int64_t j0 = 0; j0 < p.lk; j0 += cuda_attention_tile) {
-    const int n =
-        static_cast<int>(p.lk - j0 < cuda_attention_tile ? p.lk - j0 : cuda_attention_tile);
+    const int n = cuda_attention_tile_rows(p.lk, j0);
     __syncthreads();
     cuda_attention_load(ks, k, p.k.rs, j0, n, p.d);
     cuda_attention_load(vs, v, p.v.rs, j0, n, p.dv);
@@ -181,8 +184,7 @@ __global__ void __launch_bounds__(cuda_attention_rows)
   // Under the causal rule no query before this block's first key sees it.
   const int64_t first = p.causal ? int64_t{blockIdx.y} * cuda_attention_rows : 0;
   for (int64_t i0 = first < p.lq ? first : p.lq; i0 < p.lq; i0 += cuda_attention_tile) {
-    const int n =
-        static_cast<int>(p.lq - i0 < cuda_attention_tile ? p.lq - i0 : cuda_attention_tile);
+    const int n = cuda_attention_tile_rows(p.lq, i0);
     __syncthreads();
     cuda_attention_load(qs, q, p.q.rs, i0, n, p.d);
     cuda_attention_load(gs, g.grad_out + t * p.lq * p.dv, p.dv, i0, n, p.dv);
