@@ -4,7 +4,7 @@
 //
 //   fashion_mnist [--model cnn|mlp] [--device cpu|cuda] [--epochs N] [--batch B] [--lr L]
 //                 [--threads T] [--data DIR] [--save FILE] [--eval FILE] [--seed S] [--limit N]
-//                 [--conv gemm|winograd]
+//                 [--conv gemm|winograd] [--distributed]
 //
 // Defaults: cnn, cpu, 2 epochs, batch 64, lr 0.05 (SGD, momentum 0.9), 2 threads, the data in
 // $TESSERA_FASHION_MNIST_DIR or /usr/share/datasets/fashion-mnist, checkpoint
@@ -14,6 +14,9 @@
 // and N test images. --conv winograd runs the CNN's second convolution (3x3, 32 -> 64 channels)
 // as Winograd F(4x4, 3x3) forward and in its input gradient (set_float32_conv_algorithm; the
 // first has one input channel and stays direct).
+// --distributed trains data-parallel across the ranks of an MPI job (tessera::dist):
+// `mpirun -np 2 ./fashion_mnist --distributed --threads 1`. Each rank takes --batch examples of
+// every global batch; rank 0 prints and saves. It needs the build linked with tessera::dist.
 #include <unistd.h>
 
 #include <chrono>
@@ -34,6 +37,11 @@
 #include <tessera/cuda.hpp>
 #define FASHION_MNIST_CUDA 1
 #endif
+#if defined(TESSERA_EXAMPLE_MPI) && !defined(FASHION_MNIST_CUDA)
+#include <optional>
+#include <tessera/dist.hpp>
+#define FASHION_MNIST_MPI 1
+#endif
 
 namespace ts = tessera;
 using clock_type = std::chrono::steady_clock;
@@ -51,13 +59,14 @@ struct Args {
   uint64_t seed = 1;
   int64_t limit = 0;  // 0: every image
   std::string conv = "gemm";
+  bool distributed = false;
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::cerr << "fashion_mnist: " << why << "\n"
             << "usage: fashion_mnist [--model cnn|mlp] [--device cpu|cuda] [--epochs N] "
                "[--batch B] [--lr L] [--threads T] [--data DIR] [--save FILE] [--eval FILE] "
-               "[--seed S] [--limit N] [--conv gemm|winograd]\n";
+               "[--seed S] [--limit N] [--conv gemm|winograd] [--distributed]\n";
   std::exit(2);
 }
 
@@ -66,6 +75,10 @@ Args parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     if (k == "-h" || k == "--help") usage("trains a model on Fashion-MNIST");
+    if (k == "--distributed") {
+      a.distributed = true;
+      continue;
+    }
     if (i + 1 >= argc) usage("missing value after " + k);
     const std::string v = argv[++i];
     try {
@@ -105,6 +118,10 @@ Args parse(int argc, char** argv) {
   if (a.epochs < 0 || a.batch < 1 || !(a.lr > 0) || a.threads < 1 || a.limit < 0)
     usage("bad numeric option");
   if (a.save.empty()) a.save = "fashion_mnist_" + a.model + ".npz";
+#if !defined(FASHION_MNIST_MPI)
+  if (a.distributed)
+    usage("--distributed needs the build linked with tessera::dist (MPI found by CMake)");
+#endif
   return a;
 }
 
@@ -179,17 +196,33 @@ int run(const Args& args, const ts::data::Dataset& train, const ts::data::Datase
                 seconds_since(t));
     return 0;
   }
-  std::printf("training %d epochs on %s, batch %lld, SGD lr %g momentum 0.9, %d threads%s\n",
-              args.epochs, args.device.c_str(), static_cast<long long>(args.batch), args.lr,
-              args.threads, args.conv == "winograd" ? ", Winograd convolutions" : "");
+  // With --distributed: the process group and the DataParallel that averages the gradients
+  // (its hooks are on the model's parameters, so the model is called as before).
+  int rank = 0, ranks = 1;
+#if defined(FASHION_MNIST_MPI)
+  std::optional<ts::dist::ProcessGroup> pg;
+  std::optional<ts::dist::DataParallel<ts::nn::Sequential<float, B>>> dp;
+  if (args.distributed) {
+    pg.emplace(ts::dist::init());
+    dp.emplace(model, *pg);
+    rank = pg->rank();
+    ranks = pg->size();
+  }
+#endif
+  const bool lead = rank == 0;  // prints and saves
+  if (lead)
+    std::printf("training %d epochs on %s, batch %lld%s, SGD lr %g momentum 0.9, %d threads%s\n",
+                args.epochs, args.device.c_str(), static_cast<long long>(args.batch * ranks),
+                ranks > 1 ? (" over " + std::to_string(ranks) + " ranks").c_str() : "", args.lr,
+                args.threads, args.conv == "winograd" ? ", Winograd convolutions" : "");
 
   ts::optim::SGD opt(model.parameters(), {.lr = args.lr, .momentum = 0.9});
   ts::Generator rng(args.seed);
-  const bool tty = isatty(fileno(stdout));
+  const bool tty = lead && isatty(fileno(stdout));
   std::vector<int64_t> predicted;
   for (int epoch = 1; epoch <= args.epochs; ++epoch) {
     const auto t_epoch = clock_type::now();
-    auto epoch_batches = ts::data::batches(train, args.batch, rng);
+    auto epoch_batches = ts::data::batches(train, args.batch, rng, ts::data::shard{rank, ranks});
     const int64_t total = static_cast<int64_t>(epoch_batches.size());
     int64_t done = 0, seen = 0;
     double loss_sum = 0;
@@ -206,21 +239,24 @@ int run(const Args& args, const ts::data::Dataset& train, const ts::data::Datase
       seen += labels.numel();
       if (done % 16 != 0 && done != total) continue;
       loss_sum = losses.item();
-      const double rate = static_cast<double>(seen) / seconds_since(t_epoch);
-      const double eta = static_cast<double>(train.size() - seen) / rate;
-      progress(epoch, args.epochs, done, total, loss_sum / static_cast<double>(done), rate, eta,
-               tty);
+      const double rate = static_cast<double>(seen * ranks) / seconds_since(t_epoch);
+      const double eta = static_cast<double>(train.size() - seen * ranks) / rate;
+      if (lead)
+        progress(epoch, args.epochs, done, total, loss_sum / static_cast<double>(done), rate, eta,
+                 tty);
     }
     const double train_s = seconds_since(t_epoch);
     const auto t_eval = clock_type::now();
     predicted = predict(model, test);
     const double infer_s = seconds_since(t_eval);
-    std::printf(
-        "%sepoch %d: loss %.4f, train %.2f s (%.0f samples/s), test accuracy %.2f%%, "
-        "inference %.3f s\n",
-        tty ? "\n" : "", epoch, loss_sum / static_cast<double>(total), train_s,
-        static_cast<double>(seen) / train_s, accuracy(predicted, test), infer_s);
+    if (lead)
+      std::printf(
+          "%sepoch %d: loss %.4f, train %.2f s (%.0f samples/s), test accuracy %.2f%%, "
+          "inference %.3f s\n",
+          tty ? "\n" : "", epoch, loss_sum / static_cast<double>(total), train_s,
+          static_cast<double>(seen * ranks) / train_s, accuracy(predicted, test), infer_s);
   }
+  if (!lead) return 0;  // every rank holds the same model: rank 0 saves it
 
   ts::io::save(model, args.save);
   auto reloaded = fashion_mnist::make_model<B>(args.model);

@@ -5,7 +5,7 @@
 #
 #   example  compiler, CMake, Ninja, zlib, the Fashion-MNIST dataset  (workflow preset example)
 #   test     example + GoogleTest, Google Benchmark, Eigen, NumPy,     (workflow preset test)
-#            nlohmann/json, utf8proc, pip; then fetches all-MiniLM-L6-v2
+#            nlohmann/json, utf8proc, pip, OpenMPI; then fetches all-MiniLM-L6-v2
 #            (scripts/fetch_model.sh)
 #   bench    test + OpenBLAS, oneDNN and LibTorch as benchmark anchors (workflow preset bench),
 #            xsimd and Highway (scripts/bench_simd_libs.sh)
@@ -18,7 +18,7 @@ set -euo pipefail
 mode="${1:-test}"
 example_pkgs=(build-essential cmake ninja-build zlib1g-dev dataset-fashion-mnist)
 test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev python3-numpy nlohmann-json3-dev
-           libutf8proc-dev python3-pip)
+           libutf8proc-dev python3-pip libopenmpi-dev openmpi-bin)
 bench_pkgs=(libopenblas-dev libdnnl-dev ocl-icd-opencl-dev libtorch-dev libxsimd-dev libhwy-dev
             pkg-config)
 fuzz_pkgs=(clang libclang-rt-dev nlohmann-json3-dev)

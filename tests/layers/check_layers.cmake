@@ -13,7 +13,8 @@
 #   4 formats   io/, text/, tessera.hpp, cuda.hpp       tensor files, tokenizers, the umbrellas
 #   5 autograd  autograd/, autograd.hpp
 #   6 nn        nn/, optim/, nn.hpp, optim.hpp          modules, optimizers, checkpoints
-#   7 apps      data/, interop/, models/                datasets, Eigen interop, pretrained models
+#   7 apps      data/, interop/, models/, dist/, dist.hpp  datasets, Eigen interop, pretrained
+#                                                       models, distributed training (MPI)
 # A header in none of them is an error too, so a new folder must be given a layer here.
 # With PLANT, the tree is copied to that folder, core/shape.hpp is given an include of
 # ops/map.hpp and backend/cpu/reduce.hpp an AVX2 intrinsic, and the check must report exactly
@@ -36,7 +37,7 @@ function(layer_of path out)
     set(l 5)
   elseif(path MATCHES "^(nn|optim)/" OR path STREQUAL "nn.hpp" OR path STREQUAL "optim.hpp")
     set(l 6)
-  elseif(path MATCHES "^(data|interop|models)/")
+  elseif(path MATCHES "^(data|interop|models|dist)/" OR path STREQUAL "dist.hpp")
     set(l 7)
   endif()
   set(${out} ${l} PARENT_SCOPE)

@@ -8,9 +8,12 @@
 // its gradients exist.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -27,7 +30,33 @@ inline bool& grad_mode_flag() {
   thread_local bool enabled = true;
   return enabled;
 }
+// The callbacks queued during the backward() running on this thread (null outside one).
+inline std::vector<std::function<void()>>*& backward_callbacks() {
+  thread_local std::vector<std::function<void()>>* current = nullptr;
+  return current;
+}
+// How many grad-ready hooks are registered in the process: backward() skips their bookkeeping
+// while there are none.
+inline std::atomic<int64_t>& grad_ready_hook_count() {
+  static std::atomic<int64_t> count{0};
+  return count;
+}
+// Counts the backward() calls on this thread: a hook tells one backward from the next by it.
+inline uint64_t& backward_serial() {
+  thread_local uint64_t serial = 0;
+  return serial;
+}
 }  // namespace detail
+
+/// Queues f to run once the backward() now running on this thread has finished, when every
+/// gradient is complete: for grad-ready hooks that start asynchronous work (DataParallel waits
+/// for its all-reduces there). Throws error when called outside a backward().
+inline void queue_backward_callback(std::function<void()> f) {
+  auto* queue = detail::backward_callbacks();
+  if (!queue)
+    tessera::detail::fail<error>("queue_backward_callback", "called outside a backward()");
+  queue->push_back(std::move(f));
+}
 
 /// Whether ops on Variables record the tape on this thread (true unless a no_grad is alive).
 inline bool is_grad_enabled() { return detail::grad_mode_flag(); }
@@ -83,6 +112,8 @@ struct variable_node {
   // when it ran (checked before backward runs it).
   std::string_view op;
   std::vector<saved_version> saved;
+  // For a leaf: what runs during a backward once its gradient is complete, by key.
+  std::vector<std::pair<uint64_t, std::function<void()>>> grad_ready_hooks;
 
   /// Drops the history iteratively: the default destructor would free a long chain of inputs
   /// recursively, one stack frame per node, and overflow the stack on a deep un-run history.
@@ -203,6 +234,33 @@ class Variable {
     n.grad = g;
     n.grad_owned = false;
   }
+  /// Registers f to run during every later backward() that reaches this leaf, as soon as the
+  /// leaf's gradient is complete (every contribution of that backward added): before the rest
+  /// of backward has run, so f can start work on the gradient early (DataParallel's
+  /// all-reduces). Returns a key for remove_grad_ready_hook. Throws error for an op result or a
+  /// leaf that does not require grad.
+  uint64_t register_grad_ready_hook(std::function<void()> f) const {
+    auto& n = checked("register_grad_ready_hook");
+    if (!n.is_leaf() || !n.requires_grad)
+      tessera::detail::fail<error>("register_grad_ready_hook",
+                                   "only leaves that require grad have grad-ready hooks");
+    static std::atomic<uint64_t> next_key{1};
+    const uint64_t key = next_key.fetch_add(1, std::memory_order_relaxed);
+    n.grad_ready_hooks.emplace_back(key, std::move(f));
+    detail::grad_ready_hook_count().fetch_add(1, std::memory_order_relaxed);
+    return key;
+  }
+  /// Removes the hook registered under key (nothing when there is none).
+  void remove_grad_ready_hook(uint64_t key) const {
+    auto& hooks = checked("remove_grad_ready_hook").grad_ready_hooks;
+    for (auto it = hooks.begin(); it != hooks.end(); ++it)
+      if (it->first == key) {
+        hooks.erase(it);
+        detail::grad_ready_hook_count().fetch_sub(1, std::memory_order_relaxed);
+        return;
+      }
+  }
+
   /// A new leaf sharing this value, cut from the history (no gradient flows through it).
   Variable detach() const { return Variable(value(), false); }
 
@@ -388,6 +446,26 @@ void Variable<T, B>::backward(const Tensor<T, B>& seed, bool retain_graph) const
           " (only one-element ones default to 1)");
     root.accumulate(detail::unit_seed<T, B>(root.value.shape()), false);  // maybe shared
   }
+  // Callbacks that hooks queue run once every gradient is complete.
+  std::vector<std::function<void()>> callbacks;
+  struct callback_scope {
+    std::vector<std::function<void()>>* outer;
+    explicit callback_scope(std::vector<std::function<void()>>* mine)
+        : outer(std::exchange(detail::backward_callbacks(), mine)) {
+      ++detail::backward_serial();
+    }
+    ~callback_scope() { detail::backward_callbacks() = outer; }
+  } scope(&callbacks);
+  // Leaves with grad-ready hooks: how many recorded uses still owe them a gradient. A leaf's
+  // hooks run when the last of its uses has run its backward.
+  std::unordered_map<node*, int64_t> owed;
+  if (detail::grad_ready_hook_count().load(std::memory_order_relaxed) > 0) {
+    for (node* n : order)
+      for (const auto& in : n->inputs)
+        if (in && in->is_leaf() && !in->grad_ready_hooks.empty()) ++owed[in.get()];
+    if (root.is_leaf() && !owed.count(&root))
+      for (auto& [key, hook] : root.grad_ready_hooks) hook();
+  }
   // Reverse post-order: every consumer of a node runs its backward before the node's own.
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     node& n = **it;
@@ -399,8 +477,19 @@ void Variable<T, B>::backward(const Tensor<T, B>& seed, bool retain_graph) const
       backward_context<T, B> ctx(g, n.inputs);
       n.backward(ctx);
     }
+    if (!owed.empty())
+      for (const auto& in : n.inputs)
+        if (in) {
+          auto o = owed.find(in.get());
+          if (o != owed.end() && --o->second == 0)
+            for (auto& [key, hook] : in->grad_ready_hooks) hook();
+        }
   }
-  if (retain_graph) return;
+  const auto run_callbacks = [&callbacks, &scope] {
+    detail::backward_callbacks() = scope.outer;
+    for (size_t i = 0; i < callbacks.size(); ++i) callbacks[i]();
+  };
+  if (retain_graph) return run_callbacks();
   // Release the history: closures (and the tensors they saved) and the links to inputs. The
   // links are moved out first and dropped together at the end, because dropping one may free
   // nodes that `order` still points to.
@@ -414,6 +503,7 @@ void Variable<T, B>::backward(const Tensor<T, B>& seed, bool retain_graph) const
     links.push_back(std::move(n->inputs));
     n->inputs.clear();
   }
+  run_callbacks();
 }
 
 }  // namespace autograd

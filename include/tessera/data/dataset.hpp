@@ -198,6 +198,53 @@ inline batch_range batches(const Dataset& ds, int64_t batch_size, Generator& rng
   return batch_range(std::move(plan));
 }
 
+/// Which part of each global batch a process takes in data-parallel training: rank `rank` of
+/// `count` processes (dist::ProcessGroup::shard() gives this process's).
+struct shard {
+  int64_t rank = 0;
+  int64_t count = 1;
+};
+
+/// One epoch of a data-parallel run: this process's mini-batches of `batch_size` examples. Every
+/// rank draws the same permutation of 0..N-1 from rng (seed it alike on every rank), as the
+/// single-process overload does, and walks it in global batches of batch_size * s.count rows;
+/// rank s.rank takes the s.rank-th equal slice of each. So the ranks' batches never overlap,
+/// and together they are the global batch one process training on batch_size * s.count would
+/// see. The ranks always get equal batches:
+/// - without drop_last, the permutation is padded by repeating its first rows until its length
+///   is a multiple of s.count (at most s.count - 1 repeated rows per epoch); the last global
+///   batch may be smaller, and is split evenly;
+/// - with drop_last, the last global batch is dropped unless it is full.
+/// Throws shape_error when batch_size < 1, index_error when s.rank is not in 0 .. s.count - 1.
+inline batch_range batches(const Dataset& ds, int64_t batch_size, Generator& rng, shard s,
+                           bool shuffle = true, bool drop_last = false) {
+  constexpr std::string_view op = "batches";
+  if (s.count < 1 || s.rank < 0 || s.rank >= s.count)
+    ::tessera::detail::fail<index_error>(op, "shard rank ", s.rank, " is not in 0 .. ", s.count - 1,
+                                         " (count ", s.count, ")");
+  auto plan = detail::make_batch_plan(ds, batch_size, drop_last);
+  const int64_t n = plan->n;
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  if (shuffle)
+    for (int64_t i = n - 1; i > 0; --i)
+      std::swap(order[static_cast<size_t>(i)], order[rng.below(static_cast<uint64_t>(i) + 1)]);
+  const int64_t global = batch_size * s.count;
+  const int64_t length = drop_last ? n / global * global : (n + s.count - 1) / s.count * s.count;
+  std::vector<int64_t> mine;
+  mine.reserve(static_cast<size_t>(length / s.count));
+  for (int64_t start = 0; start < length; start += global) {
+    const int64_t part = std::min(global, length - start) / s.count;
+    for (int64_t i = start + s.rank * part; i < start + (s.rank + 1) * part; ++i)
+      mine.push_back(order[static_cast<size_t>(i % n)]);  // i >= n: the padding
+  }
+  plan->n = static_cast<int64_t>(mine.size());
+  plan->count = (plan->n + batch_size - 1) / batch_size;
+  plan->order = std::move(mine);
+  if (plan->order.empty()) plan->count = 0;
+  return batch_range(std::move(plan));
+}
+
 /// The mini-batches of `ds` in order (rows 0..N-1), for evaluation; otherwise as the shuffling
 /// overload. Throws shape_error when batch_size < 1 or the labels do not match the images.
 inline batch_range batches(const Dataset& ds, int64_t batch_size, bool drop_last = false) {

@@ -1,0 +1,505 @@
+// The distributed layer under mpiexec (CTest runs it with 2 and 3 ranks): every collective on
+// every dtype, contiguous or not, sync and async; calls that disagree, a rank that aborts and a
+// timeout, each an error on every rank; DataParallel against one process training on the global
+// batch; no_sync; sharded batches.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <string>
+#include <tessera/data/dataset.hpp>
+#include <tessera/dist.hpp>
+#include <tessera/nn.hpp>
+#include <tessera/optim.hpp>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+namespace ts = tessera;
+using ts::dist::reduce_op;
+
+namespace {
+
+ts::dist::ProcessGroup& world() {
+  static ts::dist::ProcessGroup pg = ts::dist::init();
+  return pg;
+}
+
+// Values every dtype holds exactly, with sums and products over three ranks exact too.
+int small(int64_t i, int rank) { return static_cast<int>((i + rank) % 3); }
+
+template <class T>
+ts::Tensor<T, ts::cpu> rank_values(const ts::Shape& shape, int rank) {
+  ts::Tensor<T, ts::cpu> t(shape);
+  T* p = t.data();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(small(i, rank));
+  return t;
+}
+
+// A view over the same values that is not contiguous: the transpose of a [cols, rows] tensor.
+template <class T>
+ts::Tensor<T, ts::cpu> strided_values(int64_t rows, int64_t cols, int rank) {
+  ts::Tensor<T, ts::cpu> base(ts::Shape{cols, rows});
+  ts::Tensor<T, ts::cpu> view = base.transpose(0, 1);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) view.at({i, j}) = static_cast<T>(small(i * cols + j, rank));
+  return view;
+}
+
+template <class T>
+double value_at(const ts::Tensor<T, ts::cpu>& t, int64_t i) {
+  return static_cast<double>(t.contiguous().data()[i]);
+}
+
+// What reducing small(i, r) over every rank gives.
+double reduced(int64_t i, int size, reduce_op op, bool is_bool, bool is_integral) {
+  std::vector<double> v;
+  for (int r = 0; r < size; ++r) v.push_back(small(i, r));
+  if (is_bool)
+    for (double& x : v) x = x != 0;
+  double sum = std::accumulate(v.begin(), v.end(), 0.0);
+  switch (op) {
+    case reduce_op::sum:
+      return is_bool ? (sum > 0) : sum;
+    case reduce_op::avg:
+      return is_integral ? std::trunc(sum / size) : sum / size;
+    case reduce_op::max:
+      return *std::max_element(v.begin(), v.end());
+    case reduce_op::min:
+      return *std::min_element(v.begin(), v.end());
+    case reduce_op::prod:
+      return std::accumulate(v.begin(), v.end(), 1.0, std::multiplies<>());
+  }
+  return 0;
+}
+
+template <class T>
+class Collectives : public ::testing::Test {};
+using AllTypes = ::testing::Types<float, double, ts::half, ts::bfloat16, ts::float8_e4m3,
+                                  ts::float8_e5m2, int8_t, uint8_t, int32_t, int64_t, bool>;
+TYPED_TEST_SUITE(Collectives, AllTypes);
+
+// avg of small integers is not exact in the low-precision formats: one rounding of the result.
+template <class T>
+double tolerance(reduce_op op) {
+  if (op != reduce_op::avg || !ts::is_floating_v<T>) return 0;
+  if (std::is_same_v<T, double>) return 1e-15;
+  if (std::is_same_v<T, float>) return 1e-7;
+  return std::is_same_v<T, ts::float8_e4m3> || std::is_same_v<T, ts::float8_e5m2> ? 0.26 : 0.02;
+}
+
+TYPED_TEST(Collectives, AllReduceEveryOpAndLayout) {
+  using T = TypeParam;
+  auto& pg = world();
+  constexpr bool is_bool = std::is_same_v<T, bool>;
+  constexpr bool is_integral = !ts::is_floating_v<T>;
+  for (reduce_op op :
+       {reduce_op::sum, reduce_op::avg, reduce_op::max, reduce_op::min, reduce_op::prod}) {
+    if (is_bool && op == reduce_op::avg) {
+      auto t = rank_values<T>(ts::Shape{3}, pg.rank());
+      EXPECT_THROW(pg.all_reduce(t, op), ts::dist::dist_error);
+      continue;
+    }
+    for (int64_t n : {0, 1, 7, 4099}) {
+      auto t = rank_values<T>(ts::Shape{n}, pg.rank());
+      pg.all_reduce(t, op);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_NEAR(value_at(t, i), reduced(i, pg.size(), op, is_bool, is_integral),
+                    tolerance<T>(op))
+            << "op " << ts::dist::reduce_op_name(op) << " n " << n << " at " << i;
+    }
+    // Not contiguous: the result lands in the view, the rest of the storage is untouched.
+    auto v = strided_values<T>(5, 3, pg.rank());
+    pg.all_reduce(v, op);
+    for (int64_t i = 0; i < 5; ++i)
+      for (int64_t j = 0; j < 3; ++j)
+        ASSERT_NEAR(static_cast<double>(v.at({i, j})),
+                    reduced(i * 3 + j, pg.size(), op, is_bool, is_integral), tolerance<T>(op));
+  }
+}
+
+TYPED_TEST(Collectives, BroadcastAllGatherReduceScatter) {
+  using T = TypeParam;
+  auto& pg = world();
+  const int root = pg.size() - 1;
+  for (int64_t n : {0, 1, 1031}) {
+    auto t = rank_values<T>(ts::Shape{n}, pg.rank());
+    pg.broadcast(t, root);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(value_at(t, i), static_cast<double>(static_cast<T>(small(i, root))));
+
+    auto in = strided_values<T>(2, n, pg.rank());  // [2, n], not contiguous
+    ts::Tensor<T, ts::cpu> out(ts::Shape{pg.size(), 2, n});
+    pg.all_gather(out, in);
+    for (int r = 0; r < pg.size(); ++r)
+      for (int64_t k = 0; k < 2 * n; ++k)
+        ASSERT_EQ(value_at(out.select(0, r).reshape({-1}), k),
+                  static_cast<double>(static_cast<T>(small(k, r))));
+
+    // reduce_scatter: rank q gets the sum over ranks of their in[q].
+    auto whole = rank_values<T>(ts::Shape{pg.size(), n}, pg.rank());
+    ts::Tensor<T, ts::cpu> part = ts::zeros<T, ts::cpu>(ts::Shape{n});
+    pg.reduce_scatter(part, whole, reduce_op::max);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(value_at(part, i), reduced(pg.rank() * n + i, pg.size(), reduce_op::max,
+                                           std::is_same_v<T, bool>, !ts::is_floating_v<T>));
+  }
+}
+
+TYPED_TEST(Collectives, SendRecvRing) {
+  using T = TypeParam;
+  auto& pg = world();
+  const int next = (pg.rank() + 1) % pg.size(), prev = (pg.rank() + pg.size() - 1) % pg.size();
+  auto mine = strided_values<T>(4, 3, pg.rank());
+  ts::Tensor<T, ts::cpu> got = ts::zeros<T, ts::cpu>(ts::Shape{4, 3});
+  auto r = pg.recv_async(got, prev, 5);
+  auto s = pg.send_async(mine, next, 5);
+  r.wait();
+  s.wait();
+  for (int64_t i = 0; i < 4; ++i)
+    for (int64_t j = 0; j < 3; ++j)
+      ASSERT_EQ(static_cast<double>(got.at({i, j})),
+                static_cast<double>(static_cast<T>(small(i * 3 + j, prev))));
+}
+
+TEST(Dist, AsyncWorksCompleteInAnyOrder) {
+  auto& pg = world();
+  std::vector<ts::Tensor<float, ts::cpu>> ts_;
+  std::vector<ts::dist::Work> works;
+  for (int k = 0; k < 6; ++k) {
+    ts_.push_back(ts::full<float, ts::cpu>(ts::Shape{1000 + k}, static_cast<float>(pg.rank() + k)));
+    works.push_back(pg.all_reduce_async(ts_.back()));
+  }
+  // Waited for last first; test() polls the rest to completion.
+  works.back().wait();
+  EXPECT_TRUE(works.back().is_completed());
+  for (auto& w : works)
+    while (!w.test()) std::this_thread::yield();
+  const float ranks = pg.size() * (pg.size() - 1) / 2.0f;
+  for (int k = 0; k < 6; ++k)
+    EXPECT_EQ(ts_[static_cast<size_t>(k)].data()[999], ranks + static_cast<float>(pg.size() * k));
+  pg.barrier();
+}
+
+TEST(Dist, RanksThatDisagreeAllGetAnError) {
+  auto& pg = world();
+  if (pg.size() < 2) GTEST_SKIP() << "needs two ranks";
+  // Shapes differ on the last rank.
+  auto t = ts::zeros<float, ts::cpu>(ts::Shape{pg.rank() == pg.size() - 1 ? 5 : 4});
+  try {
+    pg.all_reduce(t);
+    FAIL() << "no error";
+  } catch (const ts::dist::dist_error& e) {
+    EXPECT_NE(std::string(e.what()).find("disagree"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("float32 [5]"), std::string::npos) << e.what();
+  }
+  // dtypes differ; then a different collective altogether.
+  auto d = ts::zeros<double, ts::cpu>(ts::Shape{4});
+  EXPECT_THROW(pg.rank() == 0 ? pg.all_reduce(d) : pg.all_reduce(t.slice(0, 0, 4)),
+               ts::dist::dist_error);
+  EXPECT_THROW(pg.rank() == 0 ? pg.broadcast(d, 0) : pg.all_reduce(d), ts::dist::dist_error);
+  // Every rank threw before any data moved, so the group still works.
+  pg.all_reduce(d);
+  // A receive whose tensor does not match what was sent.
+  const int last = pg.size() - 1;
+  if (pg.rank() == 0) pg.send(ts::zeros<float, ts::cpu>(ts::Shape{3}), last, 9);
+  if (pg.rank() == last) {
+    auto wrong = ts::zeros<float, ts::cpu>(ts::Shape{2, 2});
+    try {
+      pg.recv(wrong, 0, 9);
+      FAIL() << "no error";
+    } catch (const ts::dist::dist_error& e) {
+      EXPECT_NE(std::string(e.what()).find("float32 [3]"), std::string::npos) << e.what();
+    }
+  }
+  pg.barrier();
+}
+
+TEST(Dist, BadArgumentsAreRefusedLocally) {
+  auto& pg = world();
+  auto t = ts::zeros<float, ts::cpu>(ts::Shape{4});
+  EXPECT_THROW(pg.broadcast(t, pg.size()), ts::index_error);
+  EXPECT_THROW(pg.send(t, -1), ts::index_error);
+  EXPECT_THROW(pg.send(t, 0, 1 << 20), ts::index_error);
+  ts::Tensor<float, ts::cpu> out(ts::Shape{pg.size() + 1, 4});
+  EXPECT_THROW(pg.all_gather(out, t), ts::shape_error);
+  EXPECT_THROW(pg.all_reduce(ts::Tensor<float, ts::cpu>()), ts::error);
+}
+
+// A rank that fails mid-step tells the others, which get an error at once instead of hanging.
+TEST(Dist, AbortReachesEveryRank) {
+  if (world().size() < 2) GTEST_SKIP() << "needs two ranks";
+  ts::dist::options opts;
+  opts.timeout = std::chrono::seconds(20);
+  ts::dist::ProcessGroup pg(MPI_COMM_WORLD, opts);
+  const int failing = pg.size() - 1;
+  auto t = ts::ones<float, ts::cpu>(ts::Shape{8});
+  const auto start = std::chrono::steady_clock::now();
+  if (pg.rank() == failing) {
+    try {
+      throw std::runtime_error("out of memory in step 3");
+    } catch (const std::exception& e) {
+      pg.abort(e.what());
+    }
+    EXPECT_THROW(pg.all_reduce(t), ts::dist::dist_error);  // broken here too
+  } else {
+    try {
+      pg.all_reduce(t);
+      FAIL() << "no error";
+    } catch (const ts::dist::dist_error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("rank " + std::to_string(failing) + " aborted"), std::string::npos)
+          << what;
+      EXPECT_NE(what.find("out of memory in step 3"), std::string::npos) << what;
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+    EXPECT_THROW(pg.barrier(), ts::dist::dist_error);  // the group stays broken
+  }
+  world().barrier();
+}
+
+TEST(Dist, SilentRankTimesOut) {
+  if (world().size() < 2) GTEST_SKIP() << "needs two ranks";
+  ts::dist::options opts;
+  opts.timeout = std::chrono::milliseconds(300);
+  opts.check_calls = false;
+  ts::dist::ProcessGroup pg(MPI_COMM_WORLD, opts);
+  if (pg.rank() == 0) {
+    auto t = ts::ones<float, ts::cpu>(ts::Shape{8});
+    try {
+      pg.all_reduce(t);
+      FAIL() << "no error";
+    } catch (const ts::dist::dist_error& e) {
+      EXPECT_NE(std::string(e.what()).find("timeout"), std::string::npos) << e.what();
+    }
+  }
+  world().barrier();
+}
+
+// ---- DataParallel ----
+
+template <class T>
+ts::nn::Sequential<T, ts::cpu> small_mlp() {
+  return ts::nn::Sequential<T, ts::cpu>{ts::nn::Linear<T, ts::cpu>(5, 7),
+                                        ts::nn::ReLU<T, ts::cpu>(),
+                                        ts::nn::Linear<T, ts::cpu>(7, 3)};
+}
+
+template <class T>
+void copy_params(const ts::nn::Sequential<T, ts::cpu>& from, ts::nn::Sequential<T, ts::cpu>& to) {
+  auto a = from.parameters(), b = to.parameters();
+  for (size_t i = 0; i < a.size(); ++i) b[i].value().copy_(a[i].value());
+}
+
+// One process on the global batch (every rank computes it) against DataParallel on shards, with
+// bucket sizes that group the parameters differently, over three SGD steps.
+template <class T>
+void check_data_parallel(int64_t bucket_bytes, double tol) {
+  auto& pg = world();
+  const int64_t local = 4, global = local * pg.size();
+  ts::Generator gen(7);
+  auto x = ts::randn<T, ts::cpu>(ts::Shape{global, 5}, gen);
+  auto y = ts::randn<T, ts::cpu>(ts::Shape{global, 3}, gen);
+  auto single = small_mlp<T>();
+  auto model = small_mlp<T>();
+  copy_params(single, model);
+  if (pg.rank() != 0)  // DataParallel must replace these by rank 0's values
+    for (auto& p : model.parameters()) p.value().fill_(T(pg.rank()));
+  ts::dist::DataParallel dp(model, pg, bucket_bytes);
+  ts::optim::SGD opt_single(single.parameters(), {.lr = 0.1, .momentum = 0.9});
+  ts::optim::SGD opt_dp(model.parameters(), {.lr = 0.1, .momentum = 0.9});
+  const auto xs = x.slice(0, pg.rank() * local, (pg.rank() + 1) * local);
+  const auto ys = y.slice(0, pg.rank() * local, (pg.rank() + 1) * local);
+  for (int step = 0; step < 3; ++step) {
+    single.zero_grad();
+    ts::mse_loss(single(x), ts::Variable<T, ts::cpu>(y)).backward();
+    model.zero_grad();
+    ts::mse_loss(dp(xs), ts::Variable<T, ts::cpu>(ys)).backward();
+    auto ps = single.parameters(), pd = model.parameters();
+    for (size_t i = 0; i < ps.size(); ++i) {
+      const T* a = ps[i].grad().data();
+      const T* b = pd[i].grad().data();
+      for (int64_t k = 0; k < ps[i].numel(); ++k)
+        ASSERT_NEAR(a[k], b[k], tol) << "step " << step << " param " << i << " at " << k;
+    }
+    opt_single.step();
+    opt_dp.step();
+  }
+  auto ps = single.parameters(), pd = model.parameters();
+  for (size_t i = 0; i < ps.size(); ++i)
+    for (int64_t k = 0; k < ps[i].numel(); ++k)
+      ASSERT_NEAR(ps[i].value().data()[k], pd[i].value().data()[k], 10 * tol);
+}
+
+TEST(DataParallel, MatchesOneProcessOnTheGlobalBatch) {
+  // 25 MiB: one bucket; 1 byte: one per parameter; 250 bytes: "2.bias", "2.weight" and
+  // "0.bias" together (248 B), then "0.weight".
+  for (int64_t bytes :
+       {ts::dist::DataParallel<ts::nn::Sequential<double, ts::cpu>>::default_bucket_bytes,
+        int64_t{1}, int64_t{250}})
+    check_data_parallel<double>(bytes, 1e-12);
+  check_data_parallel<float>(200, 1e-5);
+}
+
+TEST(DataParallel, BucketsFollowReverseRegistrationOrder) {
+  auto model = small_mlp<double>();
+  ts::dist::DataParallel dp(model, world(), 200);
+  // 2.bias (24 B) + 2.weight (168 B) fit 200 B; 0.bias (56 B) would pass it, and so would
+  // 0.weight (280 B) joining 0.bias.
+  const auto layout = dp.bucket_layout();
+  ASSERT_EQ(layout.size(), 3u);
+  EXPECT_EQ(layout[0], (std::vector<std::string>{"2.bias", "2.weight"}));
+  EXPECT_EQ(layout[1], (std::vector<std::string>{"0.bias"}));
+  EXPECT_EQ(layout[2], (std::vector<std::string>{"0.weight"}));
+}
+
+TEST(DataParallel, NoSyncAccumulatesLocally) {
+  auto& pg = world();
+  const int64_t local = 2, global = local * pg.size();
+  ts::Generator gen(11);
+  std::vector<ts::Tensor<double, ts::cpu>> xs, ys;
+  for (int k = 0; k < 2; ++k) {
+    xs.push_back(ts::randn<double, ts::cpu>(ts::Shape{global, 5}, gen));
+    ys.push_back(ts::randn<double, ts::cpu>(ts::Shape{global, 3}, gen));
+  }
+  auto single = small_mlp<double>();
+  auto model = small_mlp<double>();
+  copy_params(single, model);
+  ts::dist::DataParallel dp(model, pg, 100);
+  for (int k = 0; k < 2; ++k)
+    ts::mse_loss(single(xs[static_cast<size_t>(k)]),
+                 ts::Variable<double, ts::cpu>(ys[static_cast<size_t>(k)]))
+        .backward();
+  auto shard = [&](const ts::Tensor<double, ts::cpu>& t) {
+    return t.slice(0, pg.rank() * local, (pg.rank() + 1) * local);
+  };
+  {
+    auto guard = dp.no_sync();
+    ts::mse_loss(dp(shard(xs[0])), ts::Variable<double, ts::cpu>(shard(ys[0]))).backward();
+  }
+  ts::mse_loss(dp(shard(xs[1])), ts::Variable<double, ts::cpu>(shard(ys[1]))).backward();
+  auto ps = single.parameters(), pd = model.parameters();
+  for (size_t i = 0; i < ps.size(); ++i)
+    for (int64_t k = 0; k < ps[i].numel(); ++k)
+      ASSERT_NEAR(ps[i].grad().data()[k], pd[i].grad().data()[k], 1e-12);
+}
+
+TEST(DataParallel, UnusedParameterGetsAZeroGradient) {
+  auto& pg = world();
+  ts::nn::Linear<double, ts::cpu> used(3, 2), unused(3, 2);
+  // The unused layer joins the same DataParallel through a Sequential that never runs it.
+  ts::nn::Sequential<double, ts::cpu> both{used, unused};
+  ts::dist::DataParallel dp(both, pg, 1);
+  auto x = ts::ones<double, ts::cpu>(ts::Shape{2, 3});
+  ts::sum(used(x)).backward();
+  ASSERT_TRUE(unused.weight.grad().defined());
+  for (int64_t k = 0; k < unused.weight.numel(); ++k)
+    EXPECT_EQ(unused.weight.grad().data()[k], 0.0);
+  for (int64_t k = 0; k < used.bias.numel(); ++k) EXPECT_EQ(used.bias.grad().data()[k], 2.0);
+}
+
+TEST(DataParallel, DifferentModelsAreRefused) {
+  auto& pg = world();
+  if (pg.size() < 2) GTEST_SKIP() << "needs two ranks";
+  ts::nn::Linear<double, ts::cpu> layer(3, pg.rank() == 0 ? 2 : 4);
+  EXPECT_THROW(ts::dist::DataParallel(layer, pg), ts::dist::dist_error);
+}
+
+TEST(DataParallel, FailingRankStopsTheOthersInBackward) {
+  if (world().size() < 2) GTEST_SKIP() << "needs two ranks";
+  ts::dist::options opts;
+  opts.timeout = std::chrono::seconds(20);
+  ts::dist::ProcessGroup pg(MPI_COMM_WORLD, opts);
+  auto model = small_mlp<double>();
+  ts::dist::DataParallel dp(model, pg);
+  // Every rank's construction has completed before the failure (an abort notice that arrived
+  // earlier would fail the construction's broadcast instead).
+  world().barrier();
+  auto x = ts::ones<double, ts::cpu>(ts::Shape{2, 5});
+  if (pg.rank() == pg.size() - 1) {
+    pg.abort("data loader failed");
+  } else {
+    auto loss = ts::sum(dp(x));
+    try {
+      loss.backward();
+      FAIL() << "no error";
+    } catch (const ts::dist::dist_error& e) {
+      EXPECT_NE(std::string(e.what()).find("data loader failed"), std::string::npos) << e.what();
+    }
+  }
+  world().barrier();
+}
+
+// ---- sharded batches ----
+
+TEST(Shard, RanksSplitEachGlobalBatch) {
+  for (int64_t n : {0, 1, 10, 23, 24}) {
+    for (int64_t count : {1, 2, 3}) {
+      for (bool drop_last : {false, true}) {
+        ts::data::Dataset ds{ts::arange<float, ts::cpu>(n).reshape({n, 1}),
+                             ts::arange<int64_t, ts::cpu>(n)};
+        ts::Generator single_rng(3);
+        auto global = ts::data::batches(ds, 4 * count, single_rng, true, drop_last).order();
+        std::vector<std::vector<int64_t>> seen(static_cast<size_t>(count));
+        int64_t batches = -1;
+        for (int64_t r = 0; r < count; ++r) {
+          ts::Generator rng(3);
+          auto range = ts::data::batches(ds, 4, rng, ts::data::shard{r, count}, true, drop_last);
+          if (batches >= 0) {
+            EXPECT_EQ(range.size(), batches) << "every rank has as many batches";
+          }
+          batches = range.size();
+          for (auto [images, labels] : range)
+            for (int64_t i = 0; i < labels.numel(); ++i)
+              seen[static_cast<size_t>(r)].push_back(labels.data()[i]);
+        }
+        // Without padding, the union of the ranks' k-th batches is the k-th global batch.
+        std::vector<int64_t> all;
+        for (auto& s : seen) all.insert(all.end(), s.begin(), s.end());
+        const int64_t want =
+            drop_last ? n / (4 * count) * 4 * count : (n + count - 1) / count * count;
+        EXPECT_EQ(static_cast<int64_t>(all.size()), want) << "n " << n << " count " << count;
+        if (n % count == 0 || drop_last) {
+          std::vector<int64_t> a = all, g(global.begin(), global.begin() + want);
+          std::sort(a.begin(), a.end());
+          std::sort(g.begin(), g.end());
+          EXPECT_EQ(a, g) << "n " << n << " count " << count;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(world().shard().rank, world().rank());
+  EXPECT_EQ(world().shard().count, world().size());
+  ts::Generator rng(1);
+  ts::data::Dataset ds{ts::zeros<float, ts::cpu>(ts::Shape{4, 1}),
+                       ts::zeros<int64_t, ts::cpu>(ts::Shape{4})};
+  EXPECT_THROW(ts::data::batches(ds, 2, rng, ts::data::shard{2, 2}), ts::index_error);
+}
+
+// On rank != 0, print only failures: one report per test run, not one per rank.
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit FailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (r.failed())
+      std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_, r.file_name() ? r.file_name() : "?",
+                   r.line_number(), r.message());
+  }
+
+ private:
+  int rank_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  auto& pg = world();
+  if (pg.rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new FailurePrinter(pg.rank()));
+  }
+  return RUN_ALL_TESTS();
+}
