@@ -2,10 +2,7 @@
 // every dtype, contiguous or not, sync and async; calls that disagree, a rank that aborts and a
 // timeout, each an error on every rank; DataParallel against one process training on the global
 // batch; no_sync; sharded batches.
-#include <gtest/gtest.h>
-
 #include <cmath>
-#include <cstdio>
 #include <numeric>
 #include <string>
 #include <tessera/data/dataset.hpp>
@@ -16,15 +13,14 @@
 #include <tuple>
 #include <vector>
 
+#include "mpi_gtest.hpp"
+
 namespace ts = tessera;
 using ts::dist::reduce_op;
 
 namespace {
 
-ts::dist::ProcessGroup& world() {
-  static ts::dist::ProcessGroup pg = ts::dist::init();
-  return pg;
-}
+using mpi_gtest::world;
 
 // Values every dtype holds exactly, with sums and products over three ranks exact too.
 int small(int64_t i, int rank) { return static_cast<int>((i + rank) % 3); }
@@ -477,29 +473,6 @@ TEST(Shard, RanksSplitEachGlobalBatch) {
   EXPECT_THROW(ts::data::batches(ds, 2, rng, ts::data::shard{2, 2}), ts::index_error);
 }
 
-// On rank != 0, print only failures: one report per test run, not one per rank.
-class FailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit FailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (r.failed())
-      std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_, r.file_name() ? r.file_name() : "?",
-                   r.line_number(), r.message());
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace
 
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  auto& pg = world();
-  if (pg.rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new FailurePrinter(pg.rank()));
-  }
-  return RUN_ALL_TESTS();
-}
+int main(int argc, char** argv) { return mpi_gtest::run_all_tests(argc, argv); }

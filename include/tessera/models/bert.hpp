@@ -6,13 +6,15 @@
 //   ts::Tensor<float> e = m.encode({"a sentence", "another one"});   // [2, 384], unit rows
 //
 // Inference only, in float32 or with int8 linear layers (precision::int8), on the CPU (views of the
-// memory-mapped weight file) or on another backend (weights copied there). Needs what
+// memory-mapped weight file) or on another backend (weights copied there); whole, or split across
+// processes by heads and inner features (partition; dist/bert.hpp runs it over MPI). Needs what
 // io/safetensors.hpp and text/wordpiece.hpp need: nlohmann/json and utf8proc.
 #pragma once
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -94,16 +96,34 @@ struct dense {
       weight = w.transpose(0, 1).contiguous().transpose(0, 1), bias = std::move(b);
   }
   Tensor<float, B> operator()(const Tensor<float, B>& x) const {
-    return is_int8 ? int8_linear(x, quantized) : linear(x, weight, bias);
+    if (is_int8) return int8_linear(x, quantized);
+    return bias.defined() ? linear(x, weight, bias) : linear(x, weight);
   }
 };
 
 /// One encoder layer (Hugging Face names under encoder.layer.<i>.). The query, key and value
-/// projections are stacked into one [3h, h] layer: one product instead of three.
+/// projections are stacked into one [3h, h] layer: one product instead of three. In a
+/// partitioned model, out and down hold a slice of their input features and their biases are
+/// added after the partial products are summed across the processes (out_bias, down_bias).
 template <class B>
 struct layer {
   dense<B> qkv, out, up, down;
   Tensor<float, B> ln1_w, ln1_b, ln2_w, ln2_b;
+  Tensor<float, B> out_bias, down_bias;
+};
+
+/// The part of the model this process holds in tensor-parallel inference (Megatron-style). Of
+/// `count` processes, this one (`rank`) holds heads [rank * heads / count, (rank + 1) * heads /
+/// count) of every attention layer and the same share of every feed-forward layer's inner
+/// features, read from the weight file alone: no process holds the whole encoder. Each layer then
+/// sums two partial results across the processes with `all_reduce` (in place), after the attention
+/// output and after the feed-forward output. dist::load_bert_tensor_parallel passes a
+/// ProcessGroup's all_reduce.
+template <class B>
+struct partition {
+  int64_t rank = 0;
+  int64_t count = 1;
+  std::function<void(const Tensor<float, B>&)> all_reduce;
 };
 
 template <class B = cpu>
@@ -118,13 +138,24 @@ class Model {
   /// Loads the folder. Throws io_error / error as config::read, safetensors_file::open and
   /// WordPiece::from_pretrained do, and io_error naming a weight that is missing or has another
   /// shape or dtype than the config implies.
-  static Model load(const std::filesystem::path& dir, precision prec = precision::fp32) {
+  static Model load(const std::filesystem::path& dir, precision prec = precision::fp32,
+                    partition<B> part = {}) {
     config c = config::read(dir / "config.json");  // first: its errors say the most
+    if (part.count < 1 || part.rank < 0 || part.rank >= part.count)
+      detail::fail<index_error>("bert::load", "partition rank ", part.rank, " of ", part.count,
+                                " is out of range");
+    if (part.count > 1 && (!part.all_reduce || c.num_attention_heads % part.count != 0 ||
+                           c.intermediate_size % part.count != 0))
+      detail::fail<shape_error>("bert::load", "a partition in ", part.count, " needs ",
+                                c.num_attention_heads, " heads and ", c.intermediate_size,
+                                " inner features to divide evenly, and an all_reduce");
     Model m(c, text::WordPiece::from_pretrained(dir));
+    m.part_ = std::move(part);
     const auto st =
         io::safetensors_file::open(dir / "model.safetensors", io::safetensors_mode::map);
     const int64_t h = m.cfg.hidden_size, f = m.cfg.intermediate_size;
-    auto get = [&](const std::string& name, Shape shape) {
+    // A weight as a view of the mapped file, checked against the shape the config implies.
+    auto mapped = [&](const std::string& name, const Shape& shape) {
       // Some exports prefix every name with "bert.".
       const std::string n = st.contains(name) ? name : "bert." + name;
       if (!st.contains(n))
@@ -133,11 +164,26 @@ class Model {
       if (t.shape() != shape)
         detail::fail<io_error>("bert::load", "'", st.path().string(), "': weight '", n,
                                "' has shape ", t.shape(), ", expected ", shape);
+      return t;
+    };
+    auto on_backend = [](const Tensor<float, cpu>& t) {
       if constexpr (std::is_same_v<B, cpu>)
         return t;
       else
         return t.template to<B>();
     };
+    auto get = [&](const std::string& name, Shape shape) {
+      return on_backend(mapped(name, shape));
+    };
+    // This process's slice of a weight along dim (all of it in an unpartitioned model). Only
+    // the slice is read from the mapped file.
+    auto part_of = [&](const std::string& name, Shape shape, int dim) {
+      const Tensor<float, cpu> t = mapped(name, shape);
+      if (m.part_.count == 1) return on_backend(t);
+      const int64_t size = shape[static_cast<size_t>(dim)] / m.part_.count;
+      return on_backend(t.slice(dim, m.part_.rank * size, (m.part_.rank + 1) * size).contiguous());
+    };
+    const bool split = m.part_.count > 1;
     m.word_ = get("embeddings.word_embeddings.weight", {m.cfg.vocab_size, h});
     m.position_ = get("embeddings.position_embeddings.weight", {m.cfg.max_position_embeddings, h});
     m.token_type_ = get("embeddings.token_type_embeddings.weight", {m.cfg.type_vocab_size, h});
@@ -146,9 +192,9 @@ class Model {
     for (int64_t i = 0; i < m.cfg.num_hidden_layers; ++i) {
       const std::string p = "encoder.layer." + std::to_string(i) + ".";
       layer<B> l;
-      auto qkv_part = [&](const char* which, bool bias) {
+      auto qkv_part = [&](const char* which, bool bias) {  // this process's heads
         const std::string n = p + "attention.self." + which + (bias ? ".bias" : ".weight");
-        return get(n, bias ? Shape{h} : Shape{h, h});
+        return part_of(n, bias ? Shape{h} : Shape{h, h}, 0);
       };
       l.qkv =
           dense<B>(cat(std::vector<Tensor<float, B>>{
@@ -156,14 +202,19 @@ class Model {
                    cat(std::vector<Tensor<float, B>>{qkv_part("query", true), qkv_part("key", true),
                                                      qkv_part("value", true)}),
                    prec);
-      l.out = dense<B>(get(p + "attention.output.dense.weight", {h, h}),
-                       get(p + "attention.output.dense.bias", {h}), prec);
+      // Row-parallel when split: a slice of the input features, the bias after the sum.
+      const Tensor<float, B> out_bias = get(p + "attention.output.dense.bias", {h});
+      l.out = dense<B>(part_of(p + "attention.output.dense.weight", {h, h}, 1),
+                       split ? Tensor<float, B>() : out_bias, prec);
+      if (split) l.out_bias = out_bias;
       l.ln1_w = get(p + "attention.output.LayerNorm.weight", {h});
       l.ln1_b = get(p + "attention.output.LayerNorm.bias", {h});
-      l.up = dense<B>(get(p + "intermediate.dense.weight", {f, h}),
-                      get(p + "intermediate.dense.bias", {f}), prec);
-      l.down =
-          dense<B>(get(p + "output.dense.weight", {h, f}), get(p + "output.dense.bias", {h}), prec);
+      l.up = dense<B>(part_of(p + "intermediate.dense.weight", {f, h}, 0),
+                      part_of(p + "intermediate.dense.bias", {f}, 0), prec);
+      const Tensor<float, B> down_bias = get(p + "output.dense.bias", {h});
+      l.down = dense<B>(part_of(p + "output.dense.weight", {h, f}, 1),
+                        split ? Tensor<float, B>() : down_bias, prec);
+      if (split) l.down_bias = down_bias;
       l.ln2_w = get(p + "output.LayerNorm.weight", {h});
       l.ln2_b = get(p + "output.LayerNorm.bias", {h});
       m.layers_.push_back(std::move(l));
@@ -193,8 +244,10 @@ class Model {
         (token_types.defined() && token_types.shape() != ids.shape()))
       detail::fail<shape_error>("bert::forward", "ids, attention_mask and token_type_ids must be ",
                                 "[n, l] alike, got ", ids.shape(), " and ", mask.shape());
+    // A partitioned model computes its share of the heads: heads / parts of them, hp features.
     const int64_t n = ids.shape()[0], l = ids.shape()[1], h = cfg.hidden_size,
-                  heads = cfg.num_attention_heads, dh = h / heads;
+                  dh = h / cfg.num_attention_heads, heads = cfg.num_attention_heads / part_.count,
+                  hp = heads * dh;
     if (l > cfg.max_position_embeddings)
       detail::fail<shape_error>("bert::forward", l, " tokens are more than the ",
                                 cfg.max_position_embeddings, " positions of the model");
@@ -209,21 +262,31 @@ class Model {
         ((1.0f - mask.template astype<float>()) * std::numeric_limits<float>::lowest())
             .reshape({n, 1, 1, l});
     const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
-    auto split_heads = [&](const Tensor<float, B>& t) {  // [n, l, h] -> [n, heads, l, dh]
+    auto split_heads = [&](const Tensor<float, B>& t) {  // [n, l, hp] -> [n, heads, l, dh]
       return t.reshape({n, l, heads, dh}).permute({0, 2, 1, 3});
     };
+    // A row-parallel layer: partial products summed across the processes, then the bias.
+    auto row_parallel = [&](const dense<B>& d, const Tensor<float, B>& bias,
+                            const Tensor<float, B>& in) {
+      if (part_.count == 1) return d(in);
+      Tensor<float, B> y = d(in);
+      part_.all_reduce(y);
+      return y + bias;
+    };
     for (const layer<B>& w : layers_) {
-      const Tensor<float, B> qkv = w.qkv(x);  // [n, l, 3h]: q, k and v side by side
-      const Tensor<float, B> q = split_heads(qkv.slice(2, 0, h));
-      const Tensor<float, B> k = split_heads(qkv.slice(2, h, 2 * h));
-      const Tensor<float, B> v = split_heads(qkv.slice(2, 2 * h, 3 * h));
+      const Tensor<float, B> qkv = w.qkv(x);  // [n, l, 3hp]: q, k and v side by side
+      const Tensor<float, B> q = split_heads(qkv.slice(2, 0, hp));
+      const Tensor<float, B> k = split_heads(qkv.slice(2, hp, 2 * hp));
+      const Tensor<float, B> v = split_heads(qkv.slice(2, 2 * hp, 3 * hp));
       const Tensor<float, B> ctx = scaled_dot_product_attention(q, k, v, key_bias, false, scale)
                                        .permute({0, 2, 1, 3})
                                        .contiguous()
-                                       .reshape({n, l, h});
-      x = layer_norm(w.out(ctx) + x, w.ln1_w, w.ln1_b, cfg.layer_norm_eps);
+                                       .reshape({n, l, hp});
+      x = layer_norm(row_parallel(w.out, w.out_bias, ctx) + x, w.ln1_w, w.ln1_b,
+                     cfg.layer_norm_eps);
       const Tensor<float, B> up = gelu(w.up(x));
-      x = layer_norm(w.down(up) + x, w.ln2_w, w.ln2_b, cfg.layer_norm_eps);
+      x = layer_norm(row_parallel(w.down, w.down_bias, up) + x, w.ln2_w, w.ln2_b,
+                     cfg.layer_norm_eps);
     }
     return x;
   }
@@ -256,17 +319,35 @@ class Model {
     return encode(std::span<const std::string>(v), batch);
   }
 
+  /// How many weight elements this process holds (a partitioned model holds its share of the
+  /// encoder's matrices, and the embeddings, norms and row-parallel biases whole).
+  int64_t held_weights() const {
+    int64_t total = word_.numel() + position_.numel() + token_type_.numel() + emb_ln_w_.numel() +
+                    emb_ln_b_.numel();
+    for (const layer<B>& w : layers_) {
+      for (const dense<B>* d : {&w.qkv, &w.out, &w.up, &w.down})
+        total += d->is_int8 ? d->quantized.weight.values.numel() + d->quantized.bias.numel()
+                            : d->weight.numel() + d->bias.numel();
+      for (const Tensor<float, B>* t :
+           {&w.ln1_w, &w.ln1_b, &w.ln2_w, &w.ln2_b, &w.out_bias, &w.down_bias})
+        total += t->numel();
+    }
+    return total;
+  }
+
  private:
   Model(config c, text::WordPiece t) : cfg(c), tokenizer(std::move(t)) {}
 
   Tensor<float, B> word_, position_, token_type_, emb_ln_w_, emb_ln_b_;
   std::vector<layer<B>> layers_;
+  partition<B> part_;
 };
 
-/// Model<B>::load(dir, precision).
+/// Model<B>::load(dir, precision, partition).
 template <class B = cpu>
-Model<B> load(const std::filesystem::path& dir, precision p = precision::fp32) {
-  return Model<B>::load(dir, p);
+Model<B> load(const std::filesystem::path& dir, precision p = precision::fp32,
+              partition<B> part = {}) {
+  return Model<B>::load(dir, p, std::move(part));
 }
 
 }  // namespace models::bert
