@@ -8,7 +8,7 @@
 #            nlohmann/json, utf8proc, pip, OpenMPI; then fetches all-MiniLM-L6-v2
 #            (scripts/fetch_model.sh)
 #   bench    test + OpenBLAS, oneDNN and LibTorch as benchmark anchors (workflow preset bench),
-#            xsimd and Highway (scripts/bench_simd_libs.sh)
+#            xsimd and Highway (scripts/bench_simd_libs.sh), PyTorch (scripts/bench_dist.sh)
 #   fuzz     example + clang and its fuzzer runtime, nlohmann/json     (scripts/fuzz.sh)
 #
 # Idempotent: when everything is installed it touches nothing (no apt-get update). Needs root,
@@ -20,7 +20,7 @@ example_pkgs=(build-essential cmake ninja-build zlib1g-dev dataset-fashion-mnist
 test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev python3-numpy nlohmann-json3-dev
            libutf8proc-dev python3-pip libopenmpi-dev openmpi-bin)
 bench_pkgs=(libopenblas-dev libdnnl-dev ocl-icd-opencl-dev libtorch-dev libxsimd-dev libhwy-dev
-            pkg-config)
+            pkg-config python3-torch)
 fuzz_pkgs=(clang libclang-rt-dev nlohmann-json3-dev)
 
 case "$mode" in
