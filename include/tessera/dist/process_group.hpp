@@ -69,8 +69,11 @@ struct group_state {
   int rank = 0, size = 1, local_rank = 0, local_size = 1;
   options opts;
   std::string broken;  // why the group can no longer be used; empty while it is healthy
-  std::vector<std::string> abort_messages;  // kept alive until their sends complete
+  // This rank's abort notice (one buffer for every send: a vector of strings would move short
+  // strings' characters while MPI still reads them) and the sends, kept until the group dies.
+  std::string abort_message;
   std::vector<MPI_Request> abort_sends;
+  bool aborted = false;
 
   group_state() = default;
   group_state(const group_state&) = delete;
@@ -567,12 +570,13 @@ class ProcessGroup {
   /// throw a dist_error naming this rank and `reason`) and breaks the group here too. Use it
   /// where a rank catches an exception that the others cannot know about.
   void abort(std::string_view reason) const {
-    if (!g_->broken.empty()) return;
-    g_->broken = "this rank aborted: " + std::string(reason);
+    if (g_->aborted) return;  // once: a group broken by a timeout can still tell the others
+    g_->aborted = true;
+    if (g_->broken.empty()) g_->broken = "this rank aborted: " + std::string(reason);
+    g_->abort_message = reason;
     for (int r = 0; r < g_->size; ++r) {
       if (r == g_->rank) continue;
-      g_->abort_messages.emplace_back(reason);
-      const std::string& m = g_->abort_messages.back();
+      const std::string& m = g_->abort_message;
       MPI_Request req = MPI_REQUEST_NULL;
       MPI_Isend(m.data(), static_cast<int>(m.size()), MPI_CHAR, r, detail::abort_tag, g_->control,
                 &req);
