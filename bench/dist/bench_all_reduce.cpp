@@ -42,9 +42,10 @@ int main() {
   ts::dist::ProcessGroup unchecked(MPI_COMM_WORLD, unchecked_opts);
   const int n = pg.size();
   if (pg.rank() == 0)
-    std::printf("all_reduce(sum) of float32 over %d ranks; median times, bus bandwidth in GB/s\n"
-                "%10s %12s %12s %12s %9s %9s %9s\n",
-                n, "bytes", "tessera us", "unchecked", "MPI us", "tessera", "MPI", "ratio");
+    std::printf(
+        "all_reduce(sum) of float32 over %d ranks; median times, bus bandwidth in GB/s\n"
+        "%10s %12s %12s %12s %9s %9s %9s\n",
+        n, "bytes", "tessera us", "unchecked", "MPI us", "tessera", "MPI", "ratio");
   for (int64_t bytes = 1024; bytes <= (int64_t{256} << 20); bytes *= 4) {
     const int64_t count = bytes / 4;
     auto t = ts::full<float, ts::cpu>(ts::Shape{count}, 1.0f);
@@ -52,8 +53,7 @@ int main() {
     const double ours = median_seconds(pg.comm(), reps, [&] { pg.all_reduce(t); });
     const double fast = median_seconds(pg.comm(), reps, [&] { unchecked.all_reduce(t); });
     const double raw = median_seconds(pg.comm(), reps, [&] {
-      MPI_Allreduce(MPI_IN_PLACE, t.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
-                    pg.comm());
+      MPI_Allreduce(MPI_IN_PLACE, t.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, pg.comm());
     });
     const double bus = 2.0 * (n - 1) / n * static_cast<double>(bytes) / 1e9;
     if (pg.rank() == 0)

@@ -109,7 +109,6 @@ class DataParallel {
     Tensor<T, B> flat;           // the bucket's gradients, one after another
     std::vector<size_t> params;  // indices into state::params
     size_t waiting = 0;          // gradients of this step not yet copied in
-    bool launched = false;
     Work work;
   };
 
@@ -147,14 +146,13 @@ class DataParallel {
       while (next_launch < buckets.size() && buckets[next_launch].waiting == 0) {
         bucket& b = buckets[next_launch++];
         b.work = group.all_reduce_async(b.flat, reduce_op::sum, /*check_call=*/false);
-        b.launched = true;
       }
     }
     void begin_step() {
       step = autograd::detail::backward_serial();
       next_launch = 0;
       std::fill(copied.begin(), copied.end(), char{0});
-      for (bucket& b : buckets) b.waiting = b.params.size(), b.launched = false;
+      for (bucket& b : buckets) b.waiting = b.params.size();
       autograd::queue_backward_callback([this] { finish_step(); });
     }
     void on_grad_ready(size_t i) {
