@@ -1,11 +1,15 @@
-// int8 dynamic quantization of linear layers: the per-row quantization against its definition,
-// int8_linear against a float64 reference of the same quantized operands (exact up to float
-// rounding) and against the float layer (within the quantization error bound), edge cases and
-// bad input.
+// Linear layers with narrow weights. int8 dynamic quantization: the per-row quantization
+// against its definition, int8_linear against a float64 reference of the same quantized
+// operands (exact up to float rounding) and against the float layer (within the quantization
+// error bound). bfloat16, half and 8-bit float weights: the stored values against rounding by
+// definition, lowp_linear against a float64 product of the same rounded operands. Edge cases and
+// bad input for both.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <tessera/ops/quant.hpp>
+#include <vector>
 
 #include "test_util.hpp"
 
@@ -75,6 +79,70 @@ TEST(Int8Linear, EmptyInputsNoBiasAndBadShapes) {
   EXPECT_THROW((void)ts::int8_linear(ts::zeros<float>({2, 5}), qw), ts::shape_error);
   EXPECT_THROW((void)ts::quantize_linear_int8(w, ts::zeros<float>({5})), ts::shape_error);
   EXPECT_THROW((void)ts::quantize_int8_rows(ts::full<float>({}, 1.0f)), ts::shape_error);
+}
+
+template <class T>
+class LowpLinear : public ::testing::Test {};
+using LowpTypes = ::testing::Types<ts::bfloat16, ts::half, ts::float8_e4m3, ts::float8_e5m2>;
+TYPED_TEST_SUITE(LowpLinear, LowpTypes);
+
+TYPED_TEST(LowpLinear, EqualsTheProductOfTheRoundedOperands) {
+  using T = TypeParam;
+  constexpr bool fp8 = ts::detail::is_float8_v<T>;
+  const double top = static_cast<float>(std::numeric_limits<T>::max());
+  ts::Generator g(4);
+  for (int64_t in : {1, 9, 64, 300}) {
+    SCOPED_TRACE(in);
+    const auto x = ts::rand<float>({2, 7, in}, g, -2, 2), b = ts::rand<float>({13}, g, -1, 1);
+    auto w = ts::rand<float>({13, in}, g, -0.2f, 0.2f);
+    w.slice(0, 3, 4).fill_(0.0f);  // an all-zero channel: scale 0 for the 8-bit formats
+    const auto q = ts::quantize_linear_lowp<T>(w, b);
+    ASSERT_EQ(q.values.shape(), w.shape());
+    ASSERT_EQ(q.scales.defined(), fp8);
+    const auto wv = tt::to_doubles(w), qv = tt::to_doubles(q.values);
+    std::vector<double> scale(13, 1.0);
+    for (int64_t j = 0; j < 13; ++j) {
+      double m = 0;
+      for (int64_t k = 0; k < in; ++k) m = std::max(m, std::abs(wv[j * in + k]));
+      if (fp8) {
+        scale[j] = tt::to_doubles(q.scales)[j];
+        EXPECT_NEAR(scale[j], m / top, 1e-6 * m) << "channel " << j;
+      }
+      for (int64_t k = 0; k < in; ++k) {
+        const float scaled = static_cast<float>(wv[j * in + k]) / static_cast<float>(scale[j]);
+        const double want = scale[j] > 0 ? static_cast<float>(T(scaled)) : 0.0;
+        ASSERT_EQ(qv[j * in + k], want) << j << ", " << k;
+      }
+    }
+    const auto y = ts::lowp_linear(x, q);
+    ASSERT_EQ(y.shape(), ts::Shape({2, 7, 13}));
+    // Reference: the rounded operands (x rounded too for bfloat16 and half) in double.
+    const auto xv = fp8 ? tt::to_doubles(x) : tt::to_doubles(x.template astype<T>());
+    const auto yv = tt::to_doubles(y), bv = tt::to_doubles(b);
+    for (int64_t i = 0; i < 14; ++i)
+      for (int64_t j = 0; j < 13; ++j) {
+        double acc = 0, size = 0;
+        for (int64_t k = 0; k < in; ++k)
+          acc += xv[i * in + k] * qv[j * in + k], size += std::abs(xv[i * in + k] * qv[j * in + k]);
+        const double want = acc * scale[j] + bv[j];
+        ASSERT_NEAR(yv[i * 13 + j], want, 1e-5 * (size * scale[j] + std::abs(want)) + 1e-7)
+            << i << ", " << j;
+      }
+  }
+}
+
+TYPED_TEST(LowpLinear, EmptyInputsNoBiasAndBadShapes) {
+  using T = TypeParam;
+  ts::Generator g(5);
+  const auto w = ts::rand<float>({4, 6}, g);
+  const auto q = ts::quantize_linear_lowp<T>(w);
+  EXPECT_EQ(ts::lowp_linear(ts::zeros<float>({0, 6}), q).shape(), ts::Shape({0, 4}));
+  EXPECT_EQ(ts::lowp_linear(ts::zeros<float>({3, 0, 6}), q).shape(), ts::Shape({3, 0, 4}));
+  for (double v : tt::to_doubles(ts::lowp_linear(ts::zeros<float>({2, 6}), q))) EXPECT_EQ(v, 0.0);
+  EXPECT_THROW((void)ts::lowp_linear(ts::zeros<float>({2, 5}), q), ts::shape_error);
+  EXPECT_THROW((void)ts::lowp_linear(ts::full<float>({}, 1.0f), q), ts::shape_error);
+  EXPECT_THROW((void)ts::quantize_linear_lowp<T>(w, ts::zeros<float>({5})), ts::shape_error);
+  EXPECT_THROW((void)ts::quantize_linear_lowp<T>(ts::zeros<float>({4})), ts::shape_error);
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // all-MiniLM-L6-v2 inference in tessera: throughput at batch 32 x 128 tokens (sentences/s) and
-// latency at batch 1 x 16 tokens, float32 and int8 (dynamic quantization), 2 threads. Token ids are
-// fixed random ordinary words, every token attended. The anchors (PyTorch, ONNX Runtime fp32 and
-// int8) run the same shapes in bench/bert/bert_anchors.py; scripts/bench_bert.sh runs both and
-// prints one table. The model folder: TESSERA_MINILM_DIR, else scripts/fetch_model.sh's.
+// latency at batch 1 x 16 tokens, in every precision (fp32, bf16, fp16, int8, fp8), 2 threads.
+// Token ids are fixed random ordinary words, every token attended. The anchors (PyTorch, ONNX
+// Runtime fp32 and int8) run the same shapes in bench/bert/bert_anchors.py; scripts/bench_bert.sh
+// runs both and prints one table. The model folder: TESSERA_MINILM_DIR, else
+// scripts/fetch_model.sh's.
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -46,19 +47,20 @@ void BertForward(benchmark::State& st) {
       benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void BertForward_fp32(benchmark::State& st) { BertForward<ts::models::bert::precision::fp32>(st); }
-void BertForward_int8(benchmark::State& st) { BertForward<ts::models::bert::precision::int8>(st); }
+using ts::models::bert::precision;
+void BertForward_fp32(benchmark::State& st) { BertForward<precision::fp32>(st); }
+void BertForward_bf16(benchmark::State& st) { BertForward<precision::bf16>(st); }
+void BertForward_fp16(benchmark::State& st) { BertForward<precision::fp16>(st); }
+void BertForward_int8(benchmark::State& st) { BertForward<precision::int8>(st); }
+void BertForward_fp8(benchmark::State& st) { BertForward<precision::fp8>(st); }
 
 }  // namespace
 
-BENCHMARK(BertForward_fp32)
-    ->Args({32, 128})
-    ->Args({1, 16})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK(BertForward_int8)
-    ->Args({32, 128})
-    ->Args({1, 16})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+#define TESSERA_BERT_BENCH(f) \
+  BENCHMARK(f)->Args({32, 128})->Args({1, 16})->Unit(benchmark::kMillisecond)->UseRealTime()
+TESSERA_BERT_BENCH(BertForward_fp32);
+TESSERA_BERT_BENCH(BertForward_bf16);
+TESSERA_BERT_BENCH(BertForward_fp16);
+TESSERA_BERT_BENCH(BertForward_int8);
+TESSERA_BERT_BENCH(BertForward_fp8);
 BENCHMARK_MAIN();

@@ -5,10 +5,10 @@
 //   auto m = ts::models::bert::load("all-MiniLM-L6-v2");
 //   ts::Tensor<float> e = m.encode({"a sentence", "another one"});   // [2, 384], unit rows
 //
-// Inference only, in float32 or with int8 linear layers (precision::int8), on the CPU (views of the
-// memory-mapped weight file) or on another backend (weights copied there); whole, or split across
-// processes by heads and inner features (partition; dist/bert.hpp runs it over MPI). Needs what
-// io/safetensors.hpp and text/wordpiece.hpp need: nlohmann/json and utf8proc.
+// Inference only, with float32, bf16, fp16, int8 or fp8 linear layers (precision), on the CPU
+// (views of the memory-mapped weight file) or on another backend (weights copied there); whole, or
+// split across processes by heads and inner features (partition; dist/bert.hpp runs it over MPI).
+// Needs what io/safetensors.hpp and text/wordpiece.hpp need: nlohmann/json and utf8proc.
 #pragma once
 
 #include <cmath>
@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "../io/safetensors.hpp"
@@ -73,31 +74,101 @@ struct config {
   }
 };
 
-/// How the linear layers run: float32, or int8 with dynamic quantization (weights per output
-/// channel at load time, activations per row at run time: ops/quant.hpp). Embeddings, layer
-/// norms and attention stay float32 in both.
-enum class precision { fp32, int8 };
+/// How the linear layers run (ops/quant.hpp): float32; bfloat16 or half weights with the
+/// activations rounded to the same type; int8 with dynamic quantization (weights per output
+/// channel at load time, activations per row at run time); float8 e4m3 weights with one scale
+/// per output channel and float32 activations. Embeddings, layer norms and attention stay
+/// float32 in all of them.
+enum class precision { fp32, bf16, fp16, int8, fp8 };
+
+/// The name of a precision as the command-line flags spell it: fp32, bf16, fp16, int8, fp8.
+inline const char* precision_name(precision p) {
+  switch (p) {
+    case precision::bf16:
+      return "bf16";
+    case precision::fp16:
+      return "fp16";
+    case precision::int8:
+      return "int8";
+    case precision::fp8:
+      return "fp8";
+    default:
+      return "fp32";
+  }
+}
+
+/// The precision named `name` (precision_name's spelling); throws error listing the names.
+inline precision parse_precision(std::string_view name) {
+  for (precision p :
+       {precision::fp32, precision::bf16, precision::fp16, precision::int8, precision::fp8})
+    if (name == precision_name(p)) return p;
+  detail::fail<error>("bert::parse_precision", "'", name,
+                      "' is not a precision: fp32, bf16, fp16, int8 or fp8");
+}
 
 /// One linear layer of the encoder, in the model's precision. The float32 weight is stored
 /// transposed ([in, out] contiguous, seen as [out, in]): the GEMM then reads it in place for
 /// short inputs instead of packing all of it on every call, which at 1 x 16 tokens was a third
-/// of the time.
+/// of the time. The narrow forms are stored the same way (ops/quant.hpp).
 template <class B>
 struct dense {
-  Tensor<float, B> weight, bias;  // float32 (undefined once quantized)
-  int8_linear_weights<B> quantized;
-  bool is_int8 = false;
+  precision prec = precision::fp32;
+  Tensor<float, B> weight, bias;  // fp32 only
+  int8_linear_weights<B> int8;
+  lowp_linear_weights<bfloat16, B> bf16;
+  lowp_linear_weights<half, B> fp16;
+  lowp_linear_weights<float8_e4m3, B> fp8;
 
   dense() = default;
-  dense(Tensor<float, B> w, Tensor<float, B> b, precision p) {
-    if (p == precision::int8)
-      quantized = quantize_linear_int8(w, b), is_int8 = true;
-    else  // [out, in] as a view of the contiguous [in, out] transpose: see below
-      weight = w.transpose(0, 1).contiguous().transpose(0, 1), bias = std::move(b);
+  dense(Tensor<float, B> w, Tensor<float, B> b, precision p) : prec(p) {
+    switch (p) {
+      case precision::int8:
+        int8 = quantize_linear_int8(w, b);
+        break;
+      case precision::bf16:
+        bf16 = quantize_linear_lowp<bfloat16>(w, b);
+        break;
+      case precision::fp16:
+        fp16 = quantize_linear_lowp<half>(w, b);
+        break;
+      case precision::fp8:
+        fp8 = quantize_linear_lowp<float8_e4m3>(w, b);
+        break;
+      default:  // [out, in] as a view of the contiguous [in, out] transpose: see above
+        weight = w.transpose(0, 1).contiguous().transpose(0, 1), bias = std::move(b);
+    }
   }
   Tensor<float, B> operator()(const Tensor<float, B>& x) const {
-    if (is_int8) return int8_linear(x, quantized);
-    return bias.defined() ? linear(x, weight, bias) : linear(x, weight);
+    switch (prec) {
+      case precision::int8:
+        return int8_linear(x, int8);
+      case precision::bf16:
+        return lowp_linear(x, bf16);
+      case precision::fp16:
+        return lowp_linear(x, fp16);
+      case precision::fp8:
+        return lowp_linear(x, fp8);
+      default:
+        return bias.defined() ? linear(x, weight, bias) : linear(x, weight);
+    }
+  }
+  /// Weight and bias elements held (an 8-bit float layer's scales included).
+  int64_t elements() const {
+    auto lowp = [](const auto& q) {
+      return q.values.numel() + q.bias.numel() + (q.scales.defined() ? q.scales.numel() : 0);
+    };
+    switch (prec) {
+      case precision::int8:
+        return int8.weight.values.numel() + int8.bias.numel();
+      case precision::bf16:
+        return lowp(bf16);
+      case precision::fp16:
+        return lowp(fp16);
+      case precision::fp8:
+        return lowp(fp8);
+      default:
+        return weight.numel() + (bias.defined() ? bias.numel() : 0);
+    }
   }
 };
 
@@ -325,9 +396,7 @@ class Model {
     int64_t total = word_.numel() + position_.numel() + token_type_.numel() + emb_ln_w_.numel() +
                     emb_ln_b_.numel();
     for (const layer<B>& w : layers_) {
-      for (const dense<B>* d : {&w.qkv, &w.out, &w.up, &w.down})
-        total += d->is_int8 ? d->quantized.weight.values.numel() + d->quantized.bias.numel()
-                            : d->weight.numel() + d->bias.numel();
+      for (const dense<B>* d : {&w.qkv, &w.out, &w.up, &w.down}) total += d->elements();
       for (const Tensor<float, B>* t :
            {&w.ln1_w, &w.ln1_b, &w.ln2_w, &w.ln2_b, &w.out_bias, &w.down_bias})
         total += t->numel();

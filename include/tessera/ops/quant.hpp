@@ -1,10 +1,16 @@
-// tessera/ops/quant.hpp - int8 dynamic quantization of linear layers, as ONNX Runtime's
-// quantize_dynamic and PyTorch's dynamic quantization do: weights quantized once per output
-// channel, activations per row at run time, the product in int8 with exact int32 sums (VNNI on
-// the CPU), then scaled back to float with the bias added.
+// tessera/ops/quant.hpp - linear layers with narrow weights, for inference:
+// - int8 dynamic quantization, as ONNX Runtime's quantize_dynamic and PyTorch's dynamic
+//   quantization do: weights quantized once per output channel, activations per row at run
+//   time, the product in int8 with exact int32 sums (VNNI on the CPU), then scaled back to float
+//   with the bias added;
+// - bfloat16 / half weights, with the activations rounded to the same type (as autocast does),
+//   summed in float;
+// - 8-bit float weights (e4m3, e5m2) with one scale per output channel, float activations.
 #pragma once
 
 #include <cmath>
+#include <limits>
+#include <utility>
 
 #include "creation.hpp"
 #include "elementwise.hpp"
@@ -36,6 +42,54 @@ struct int8_dequantize {
     return static_cast<float>(acc) * (row_step * col_step) + bias;
   }
 };
+
+/// The scale of an output channel of 8-bit float weights whose largest magnitude is m: m / top,
+/// top being the format's largest finite value, so that the channel uses the whole range.
+struct float8_scale {
+  float top;
+  TESSERA_HOST_DEVICE float operator()(float m) const { return m / top; }
+};
+/// x / scale in the 8-bit format T (0 where the scale is 0: an all-zero channel).
+template <class T>
+struct float8_quantize {
+  TESSERA_HOST_DEVICE T operator()(float x, float scale) const {
+    return T(scale > 0 ? x / scale : 0.0f);
+  }
+};
+/// A float product of scaled weights scaled back: acc * scale + bias.
+struct scale_add_bias {
+  TESSERA_HOST_DEVICE float operator()(float acc, float scale, float bias) const {
+    return acc * scale + bias;
+  }
+};
+template <class T>
+inline constexpr bool is_float8_v =
+    std::is_same_v<T, float8_e4m3> || std::is_same_v<T, float8_e5m2>;
+
+/// Checks a float linear layer (weight [out, in], bias [out] or undefined) for quantization.
+template <class B>
+void check_linear_layer(const char* op, const Tensor<float, B>& weight,
+                        const Tensor<float, B>& bias) {
+  weight.check_defined(op);
+  if (weight.rank() != 2 ||
+      (bias.defined() && (bias.rank() != 1 || bias.shape()[0] != weight.shape()[0])))
+    fail<shape_error>(op, "weight must be [out, in] and bias [out], got ", weight.shape(), " and ",
+                      bias.defined() ? bias.shape() : Shape{});
+}
+
+/// x [..., in] seen as [rows, in], and the output shape [..., out]; throws shape_error naming
+/// op when x's last dim is not in.
+template <class B>
+std::pair<Tensor<float, B>, Shape> linear_rows(const char* op, const Tensor<float, B>& x,
+                                               int64_t in, int64_t out) {
+  x.check_defined(op);
+  if (x.rank() == 0 || x.shape()[x.rank() - 1] != in)
+    fail<shape_error>(op, "x ", x.shape(), " must end with ", in, " features");
+  Shape out_shape = x.shape();
+  out_shape[x.rank() - 1] = out;
+  const int64_t rows = x.numel() / (in > 0 ? in : 1);
+  return {x.reshape({rows, in}), out_shape};
+}
 
 }  // namespace detail
 
@@ -71,12 +125,7 @@ struct int8_linear_weights {
 template <class B>
 int8_linear_weights<B> quantize_linear_int8(const Tensor<float, B>& weight,
                                             const Tensor<float, B>& bias = {}) {
-  weight.check_defined("quantize_linear_int8");
-  if (weight.rank() != 2 ||
-      (bias.defined() && (bias.rank() != 1 || bias.shape()[0] != weight.shape()[0])))
-    detail::fail<shape_error>("quantize_linear_int8",
-                              "weight must be [out, in] and bias [out], got ", weight.shape(),
-                              " and ", bias.defined() ? bias.shape() : Shape{});
+  detail::check_linear_layer("quantize_linear_int8", weight, bias);
   int8_linear_weights<B> q{quantize_int8_rows(weight), bias, weight.shape()[1], weight.shape()[0]};
   q.weight.steps = q.weight.steps.reshape({1, q.out_features});
   // Kept as a view of the contiguous [in, out] transpose: the product's B operand then has
@@ -92,18 +141,67 @@ int8_linear_weights<B> quantize_linear_int8(const Tensor<float, B>& weight,
 /// most half a step of each operand per term. Throws shape_error when x's last dim is not in.
 template <class B>
 Tensor<float, B> int8_linear(const Tensor<float, B>& x, const int8_linear_weights<B>& w) {
-  x.check_defined("int8_linear");
-  if (x.rank() == 0 || x.shape()[x.rank() - 1] != w.in_features)
-    detail::fail<shape_error>("int8_linear", "x ", x.shape(), " must end with ", w.in_features,
-                              " features");
-  Shape out_shape = x.shape();
-  out_shape[x.rank() - 1] = w.out_features;
-  const int64_t rows = x.numel() / (w.in_features > 0 ? w.in_features : 1);
+  const auto [x2, out_shape] = detail::linear_rows("int8_linear", x, w.in_features, w.out_features);
   if (out_shape.numel() == 0) return Tensor<float, B>(out_shape);
-  const int8_rows<B> qx = quantize_int8_rows(x.reshape({rows, w.in_features}));
+  const int8_rows<B> qx = quantize_int8_rows(x2);
   const Tensor<int32_t, B> acc = matmul(qx.values, w.weight.values.transpose(0, 1));
   return map(detail::int8_dequantize{}, acc, qx.steps, w.weight.steps, w.bias)
       .reshape(out_shape.span());
+}
+
+/// A linear layer's weight [out, in] in a floating type narrower than float (bfloat16, half,
+/// float8_e4m3, float8_e5m2), with its float bias [out]. The 8-bit formats hold weight / scale
+/// with one float scale per output channel (its largest magnitude / the format's largest finite
+/// value): unscaled, weights of magnitude 0.05 would sit among e4m3's few subnormals. bfloat16
+/// and half hold the weight as it is (scales undefined).
+template <class T, class B>
+struct lowp_linear_weights {
+  Tensor<T, B> values;
+  Tensor<float, B> scales;
+  Tensor<float, B> bias;
+  int64_t in_features = 0, out_features = 0;
+};
+
+/// Rounds a float linear layer (weight [out, in], bias [out] or undefined) to T for lowp_linear.
+template <class T, class B>
+lowp_linear_weights<T, B> quantize_linear_lowp(const Tensor<float, B>& weight,
+                                               const Tensor<float, B>& bias = {}) {
+  static_assert(detail::is_lowp_float_v<T>, "T must be bfloat16, half or an 8-bit float");
+  detail::check_linear_layer("quantize_linear_lowp", weight, bias);
+  lowp_linear_weights<T, B> q{{}, {}, bias, weight.shape()[1], weight.shape()[0]};
+  if constexpr (detail::is_float8_v<T>) {
+    const auto top = static_cast<float>(std::numeric_limits<T>::max());
+    q.scales = map(detail::float8_scale{top}, max(abs(weight), {1}));
+    q.values = map(detail::float8_quantize<T>{}, weight, q.scales.reshape({q.out_features, 1}));
+  } else {
+    q.values = weight.template astype<T>();
+  }
+  // A view of the contiguous [in, out] transpose, as for int8 (contiguous rows for the packing).
+  q.values = q.values.transpose(0, 1).contiguous().transpose(0, 1);
+  if (!q.bias.defined()) q.bias = zeros<float, B>({q.out_features});
+  return q;
+}
+
+/// x [..., in] · weightᵀ + bias with narrow weights, summed in float. bfloat16 and half: x is
+/// rounded to the weight's type first (as autocast does; the CPU's bf16 dot products need both
+/// operands in bf16). 8-bit floats: x stays float and each output column is scaled back. Throws
+/// shape_error when x's last dim is not in.
+template <class T, class B>
+Tensor<float, B> lowp_linear(const Tensor<float, B>& x, const lowp_linear_weights<T, B>& w) {
+  const auto [x2, out_shape] = detail::linear_rows("lowp_linear", x, w.in_features, w.out_features);
+  Tensor<float, B> out(out_shape);
+  if (out_shape.numel() == 0) return out;
+  const Tensor<float, B> out2 = out.view({x2.shape()[0], w.out_features});
+  const Tensor<T, B> wt = w.values.transpose(0, 1);
+  if constexpr (detail::is_float8_v<T>) {
+    detail::gemm_into("lowp_linear", 1.0, x2, wt, 0.0, out2);
+    return map(detail::scale_add_bias{}, out, w.scales, w.bias);
+  } else {
+    detail::gemm_extras<float, B> extras;
+    extras.bias = w.bias, extras.bias_kind = detail::gemm_bias::per_col;
+    detail::gemm_into("lowp_linear", 1.0, x2.template astype<T>(), wt, 0.0, out2, extras);
+    return out;
+  }
 }
 
 TESSERA_END_NAMESPACE
