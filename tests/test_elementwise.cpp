@@ -298,6 +298,34 @@ TEST(Map, FusedNaryBroadcastAndOutForm) {
   for (int v : f.to_vector()) EXPECT_EQ(v, 7);
 }
 
+// Rows where some operands are one value (a per-channel scale over an image plane) and the
+// types differ: the kernel spreads those values into a buffer, in blocks of 128. Rows of 15
+// (below the spreading threshold), 128 (one block) and 300 (three, the last partial).
+TEST(Map, PerChannelOperandsOfMixedTypes) {
+  ts::Generator g(6);
+  for (const int64_t plane : {15, 128, 300}) {
+    SCOPED_TRACE(plane);
+    const auto acc = ts::randint<int32_t>(-5000, 5000, {2, 3, plane}, g);
+    const auto scale = ts::rand<float>({3, 1}, g, 0.01f, 0.05f), bias = ts::randn<float>({3, 1}, g);
+    const auto y = ts::map(
+        [](int32_t a, float s, float b) {
+          const float v = std::nearbyint(static_cast<float>(a) * s + b);
+          return static_cast<uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
+        },
+        acc, scale, bias);
+    const auto av = acc.to_vector();
+    const auto yv = y.to_vector();
+    const auto sv = scale.to_vector(), bv = bias.to_vector();
+    for (int64_t n = 0; n < 2; ++n)
+      for (int64_t c = 0; c < 3; ++c)
+        for (int64_t i = 0; i < plane; ++i) {
+          const size_t at = static_cast<size_t>((n * 3 + c) * plane + i);
+          const float v = std::nearbyint(static_cast<float>(av[at]) * sv[c] + bv[c]);
+          ASSERT_EQ(yv[at], static_cast<uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v)) << n << c << i;
+        }
+  }
+}
+
 TEST(Map, AliasingInPlaceAndOverlap) {
   auto x = ts::arange<float>(10);
   ts::map_to(

@@ -2,8 +2,11 @@
 // strided operands, SIMD where the functor allows it, OpenMP over large work.
 // Part of a kernel pass: included by isa_pass.hpp once per instruction set, no include guard.
 
+#include <algorithm>
+#include <array>
 #include <concepts>
 #include <cstdint>
+#include <tuple>
 #include <type_traits>
 
 #include "../../core/storage.hpp"
@@ -89,6 +92,22 @@ TESSERA_ISA_FLATTEN void map_row(const F& f, Out* o, int64_t so, const int64_t* 
     }
     TESSERA_OMP_SIMD()
     for (int64_t i = 0; i < len; ++i) o[i] = static_cast<Out>(f(p[i]...));
+  } else if (so == 1 && ((s[K] == 0 || s[K] == 1) && ...) && len >= 16) {
+    // Some operands are one value for the whole row (a per-channel scale over an image plane):
+    // each is spread into a small buffer once, so that the loop reads every operand
+    // contiguously and the compiler can vectorize it (a stride known only at run time stops it).
+    constexpr int64_t block = 128;
+    std::tuple<std::array<In, block>...> spread;
+    ((s[K] == 0 ? std::get<K>(spread).fill(*p) : void()), ...);
+    // A local copy of a plain functor: its members stay in registers across the stores.
+    std::conditional_t<std::is_trivially_copyable_v<F>, const F, const F&> g = f;
+    for (int64_t i = 0; i < len; i += block) {
+      const int64_t n = std::min(block, len - i);
+      Out* dst = o + i;
+      const std::tuple<const In*...> q{(s[K] ? p + i : std::get<K>(spread).data())...};
+      TESSERA_OMP_SIMD()
+      for (int64_t j = 0; j < n; ++j) dst[j] = static_cast<Out>(g(std::get<K>(q)[j]...));
+    }
   } else {
     for (int64_t i = 0; i < len; ++i) o[i * so] = static_cast<Out>(f(p[i * s[K]]...));
   }
