@@ -18,7 +18,7 @@ set -euo pipefail
 mode="${1:-test}"
 example_pkgs=(build-essential cmake ninja-build zlib1g-dev dataset-fashion-mnist)
 test_pkgs=(libgtest-dev libgmock-dev libbenchmark-dev libeigen3-dev python3-numpy nlohmann-json3-dev
-           libutf8proc-dev python3-pip libopenmpi-dev openmpi-bin)
+           libutf8proc-dev python3-pip libopenmpi-dev openmpi-bin iproute2)
 bench_pkgs=(libopenblas-dev libdnnl-dev ocl-icd-opencl-dev libtorch-dev libxsimd-dev libhwy-dev
             pkg-config python3-torch)
 fuzz_pkgs=(clang libclang-rt-dev nlohmann-json3-dev)

@@ -4,4 +4,5 @@
 #pragma once
 
 #include "dist/data_parallel.hpp"
+#include "dist/parallel_linear.hpp"
 #include "dist/process_group.hpp"
