@@ -4,9 +4,10 @@
 #
 #   scripts/bench_bert.sh [BUILD_DIR] [--usd-per-hour PRICE]
 #
-# (default build; needs scripts/bootstrap.sh bench). With --usd-per-hour, the price of the
-# instance per hour, it also prints what a million sentences cost at each row's throughput
-# (batch 32 x 128).
+# (default build; needs scripts/bootstrap.sh bench). tessera runs in every precision (fp32,
+# bf16, fp16, int8, fp8); the table and plot land in BUILD_DIR/bench-results/bert.{md,png}.
+# With --usd-per-hour, the price of the instance per hour, it also prints what a million
+# sentences cost at each row's throughput (batch 32 x 128).
 #
 # PyTorch is Debian's python3-torch with transformers 4.40.2 from PyPI; ONNX Runtime lives in a
 # virtual environment of its own (BUILD_DIR/venv-ort: a system-wide NumPy 2 would break Debian's
@@ -46,6 +47,7 @@ if [[ ! -x "$venv/bin/python" ]]; then
   "$py" -m venv "$venv"
   "$venv/bin/pip" install --quiet onnxruntime numpy onnx
 fi
+"$venv/bin/python" -c 'import matplotlib' 2>/dev/null || "$venv/bin/pip" install --quiet matplotlib
 "$venv/bin/python" bench/bert/bert_anchors.py ort "$onnx" 2>/dev/null | tee -a "$out"
 
 # Cost per million sentences: price / 3600 / (sentences per second) * 10^6.
@@ -59,3 +61,9 @@ if [[ -n "$usd" ]]; then
                       name = $1 " " $3
                       printf "  %-28s $%.3f\n", name, usd / 3600 / r * 1e6 }' "$out"
 fi
+
+# The table (and plot) of this run: build/bench-results/bert.md and bert.png.
+mkdir -p "$build/bench-results"
+cp "$out" "$build/bench-results/bert.txt"
+"$venv/bin/python" scripts/bert_report.py "$build/bench-results/bert.txt" \
+  "$build/bench-results/bert.png" | tee "$build/bench-results/bert.md"
