@@ -49,6 +49,9 @@ for v in OMP_NUM_THREADS OMP_WAIT_POLICY TESSERA_DIST_TIMEOUT TESSERA_MINILM_DIR
   [[ -n "${!v:-}" ]] && exports+=(-x "$v")
 done
 echo "two_hosts: rank 0 in $a ($net.1), rank 1 in $b ($net.2), TCP over a veth pair"
+# mpi_yield_when_idle: the ranks yield the CPU while they wait. Both hosts share this machine's
+# cores, and the kernel delivers veth packets in software: ranks spinning on every core starve
+# it until the next scheduler tick (measured: every all-reduce took a multiple of 8 ms).
 ip netns exec "$a" mpirun --mca plm_rsh_agent "$work/agent" --host "$net.1,$net.2" -np 2 \
   --mca btl tcp,self --mca btl_tcp_if_include "$net.0/24" --mca oob_tcp_if_include "$net.0/24" \
-  "${exports[@]}" "$@"
+  --mca mpi_yield_when_idle 1 "${exports[@]}" "$@"
