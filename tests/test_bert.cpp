@@ -92,14 +92,14 @@ std::pair<double, double> cosines_to_float32(ts::models::bert::precision p) {
   return {worst, mean};
 }
 
-// int8 dynamic quantization of the linear layers: a mean cosine of at least 0.99 to float32,
-// and no sentence below 0.98. Measured: mean 0.9966, worst 0.9857 (the empty text; '—' and 'This
-// includes:' next): the shortest inputs, whose few token states carry the largest outliers. ONNX
-// Runtime's quantize_dynamic model of the same weights gives mean 0.945, worst 0.868 here.
+// int8 dynamic quantization of the linear layers, outlier features in float: every sentence at
+// a cosine of at least 0.99 to float32. Measured: worst 0.9954, mean 0.9991 (without the outlier
+// features: worst 0.9857 for the empty text, mean 0.9966). ONNX Runtime's quantize_dynamic model
+// of the same weights gives mean 0.945, worst 0.868 here.
 TEST(Bert, Int8EmbeddingsStayCloseToFloat32) {
   const auto [worst, mean] = cosines_to_float32(ts::models::bert::precision::int8);
-  EXPECT_GE(mean, 0.99);
-  EXPECT_GE(worst, 0.98);
+  EXPECT_GE(mean, 0.995);
+  EXPECT_GE(worst, 0.99);
 }
 
 // bfloat16 and half weights and activations: every sentence at a cosine of at least 0.999.

@@ -69,6 +69,44 @@ TEST(Int8Linear, EqualsTheProductOfTheQuantizedOperands) {
   }
 }
 
+// Features above the threshold skip the activation quantization: the result is the int8
+// product of the other features plus the outlier features times their dequantized weights, in
+// float. It is closer to the float layer than without the threshold.
+TEST(Int8Linear, OutlierFeaturesStayOutOfTheInt8Product) {
+  ts::Generator g(7);
+  const int64_t rows = 9, in = 40, out = 11;
+  auto x = ts::rand<float>({rows, in}, g, -1, 1);
+  x.slice(1, 5, 6).copy_(x.slice(1, 5, 6) * 25.0f);  // a feature large in every row
+  x.slice(0, 3, 4).slice(1, 17, 18).fill_(-9.0f);    // one large value in one row
+  const auto w = ts::rand<float>({out, in}, g, -1, 1), b = ts::rand<float>({out}, g, -1, 1);
+  const auto plain = ts::quantize_linear_int8(w, b), split = ts::quantize_linear_int8(w, b, 6.0f);
+  const auto y = ts::int8_linear(x, split);
+  // Reference in double: features 5 and 17 zeroed before the row quantization, then added back
+  // in float with the dequantized weights.
+  auto inliers = x.clone();
+  inliers.slice(1, 5, 6).fill_(0.0f);
+  inliers.slice(1, 17, 18).fill_(0.0f);
+  const auto qx = ts::quantize_int8_rows(inliers);
+  const auto xv = tt::to_doubles(qx.values), xs = tt::to_doubles(qx.steps), fx = tt::to_doubles(x),
+             wv = tt::to_doubles(split.weight.values), ws = tt::to_doubles(split.weight.steps),
+             bv = tt::to_doubles(b), fw = tt::to_doubles(w), yv = tt::to_doubles(y),
+             y0 = tt::to_doubles(ts::int8_linear(x, plain));
+  double err_split = 0, err_plain = 0;
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < out; ++j) {
+      double acc = 0, exact = bv[j];
+      for (int64_t k = 0; k < in; ++k) exact += fx[i * in + k] * fw[j * in + k];
+      for (int64_t k = 0; k < in; ++k) acc += xv[i * in + k] * wv[j * in + k];
+      double want = acc * xs[i] * ws[j] + bv[j];
+      for (const int64_t k : {5, 17}) want += fx[i * in + k] * wv[j * in + k] * ws[j];
+      ASSERT_NEAR(yv[i * out + j], want, 1e-4 * (1 + std::abs(want))) << i << ", " << j;
+      err_split += std::abs(yv[i * out + j] - exact),
+          err_plain += std::abs(y0[i * out + j] - exact);
+    }
+  EXPECT_LT(err_split, err_plain / 2);
+  EXPECT_THROW((void)ts::quantize_linear_int8(w, b, -1.0f), ts::error);
+}
+
 TEST(Int8Linear, EmptyInputsNoBiasAndBadShapes) {
   ts::Generator g(3);
   const auto w = ts::rand<float>({4, 6}, g);

@@ -11,9 +11,11 @@
 #include <cmath>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "creation.hpp"
 #include "elementwise.hpp"
+#include "embedding.hpp"
 #include "matmul.hpp"
 #include "reduce.hpp"
 
@@ -119,14 +121,23 @@ struct int8_linear_weights {
   int8_rows<B> weight;
   Tensor<float, B> bias;
   int64_t in_features = 0, out_features = 0;
+  /// Input features with a magnitude above this in some row skip the activation quantization
+  /// (0: none do); see int8_linear.
+  float outlier_threshold = 0;
 };
 
-/// Quantizes a float linear layer (weight [out, in], bias [out] or undefined) for int8_linear.
+/// Quantizes a float linear layer (weight [out, in], bias [out] or undefined) for int8_linear;
+/// outlier_threshold as int8_linear_weights says (it must not be negative).
 template <class B>
 int8_linear_weights<B> quantize_linear_int8(const Tensor<float, B>& weight,
-                                            const Tensor<float, B>& bias = {}) {
+                                            const Tensor<float, B>& bias = {},
+                                            float outlier_threshold = 0) {
   detail::check_linear_layer("quantize_linear_int8", weight, bias);
-  int8_linear_weights<B> q{quantize_int8_rows(weight), bias, weight.shape()[1], weight.shape()[0]};
+  if (!(outlier_threshold >= 0))
+    detail::fail<error>("quantize_linear_int8", "outlier_threshold ", outlier_threshold,
+                        " must be 0 (none) or positive");
+  int8_linear_weights<B> q{quantize_int8_rows(weight), bias, weight.shape()[1], weight.shape()[0],
+                           outlier_threshold};
   q.weight.steps = q.weight.steps.reshape({1, q.out_features});
   // Kept as a view of the contiguous [in, out] transpose: the product's B operand then has
   // contiguous rows, which the int8 GEMM packs several times faster than strided ones.
@@ -139,14 +150,40 @@ int8_linear_weights<B> quantize_linear_int8(const Tensor<float, B>& weight,
 /// run time (dynamic quantization): the product runs in int8 with exact int32 sums, then each
 /// element is scaled by its row's and column's steps. The error against the float layer is at
 /// most half a step of each operand per term. Throws shape_error when x's last dim is not in.
+///
+/// With an outlier threshold, the input features where some row's magnitude exceeds it are left
+/// out of the int8 product and multiplied in float by their (dequantized) weights instead, as
+/// LLM.int8 does: a few large features would otherwise set every row's step, and the rest of
+/// the row would get coarse steps. Transformers' hidden states have such features.
 template <class B>
 Tensor<float, B> int8_linear(const Tensor<float, B>& x, const int8_linear_weights<B>& w) {
   const auto [x2, out_shape] = detail::linear_rows("int8_linear", x, w.in_features, w.out_features);
   if (out_shape.numel() == 0) return Tensor<float, B>(out_shape);
-  const int8_rows<B> qx = quantize_int8_rows(x2);
+  std::vector<int64_t> outliers;
+  if (w.outlier_threshold > 0) {
+    const std::vector<float> largest = max(abs(x2), {0}).template to<cpu>().to_vector();
+    for (size_t i = 0; i < largest.size(); ++i)
+      if (largest[i] > w.outlier_threshold) outliers.push_back(static_cast<int64_t>(i));
+  }
+  Tensor<float, B> inliers = x2;
+  Tensor<int64_t, B> ids;
+  if (!outliers.empty()) {
+    ids = from_vector<int64_t, B>(outliers);
+    std::vector<float> keep(static_cast<size_t>(w.in_features), 1.0f);
+    for (const int64_t i : outliers) keep[static_cast<size_t>(i)] = 0.0f;
+    inliers = x2 * from_vector<float, B>(keep);
+  }
+  const int8_rows<B> qx = quantize_int8_rows(inliers);
   const Tensor<int32_t, B> acc = matmul(qx.values, w.weight.values.transpose(0, 1));
-  return map(detail::int8_dequantize{}, acc, qx.steps, w.weight.steps, w.bias)
-      .reshape(out_shape.span());
+  Tensor<float, B> y = map(detail::int8_dequantize{}, acc, qx.steps, w.weight.steps, w.bias);
+  if (!outliers.empty()) {
+    // The outlier columns of x [rows, k] and rows of the weight's [in, out] storage [k, out].
+    const Tensor<float, B> xo = embedding(x2.transpose(0, 1), ids).transpose(0, 1);
+    const Tensor<float, B> wo =
+        embedding(w.weight.values.transpose(0, 1), ids).template astype<float>() * w.weight.steps;
+    detail::gemm_into("int8_linear", 1.0, xo, wo, 1.0, y);
+  }
+  return y.reshape(out_shape.span());
 }
 
 /// A linear layer's weight [out, in] in a floating type narrower than float (bfloat16, half,
