@@ -10,30 +10,11 @@
 #include <tessera/dist.hpp>
 #include <vector>
 
+#include "median_seconds.hpp"
+
 namespace ts = tessera;
 
-namespace {
-
-// Median seconds of `reps` timed calls of f (after two untimed ones), the ranks aligned by a
-// barrier before each call.
-template <class F>
-double median_seconds(MPI_Comm comm, int reps, F&& f) {
-  std::vector<double> t;
-  for (int i = 0; i < reps + 2; ++i) {
-    MPI_Barrier(comm);
-    const double start = MPI_Wtime();
-    f();
-    const double s = MPI_Wtime() - start;
-    if (i >= 2) t.push_back(s);
-  }
-  // The slowest rank decides a collective's time.
-  std::vector<double> slowest(t.size());
-  MPI_Allreduce(t.data(), slowest.data(), static_cast<int>(t.size()), MPI_DOUBLE, MPI_MAX, comm);
-  std::sort(slowest.begin(), slowest.end());
-  return slowest[slowest.size() / 2];
-}
-
-}  // namespace
+using bench_dist::median_seconds;
 
 int main() {
   auto pg = ts::dist::init();
