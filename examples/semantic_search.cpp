@@ -199,13 +199,14 @@ int run(const Args& args) {
   const ts::Tensor<float> ref = search_scores<B>(args, *args.agree_with, docs);
   int64_t agree = 0;
   for (int64_t i = 0; i < queries; ++i) {
-    const int64_t a = best(scores, i, 1)[0], r = best(ref, i, 1)[0];
+    // The reference's best two: the first to compare, the second for the margin.
+    const std::vector<int64_t> r2 = best(ref, i, 2);
+    const int64_t a = best(scores, i, 1)[0], r = r2[0];
     if (a == r) {
       ++agree;
       continue;
     }
     // How far the reference's best is ahead of its second: small margins flip first.
-    const std::vector<int64_t> r2 = best(ref, i, 2);
     const float margin = r2.size() < 2 ? 0.0f
                                        : ref.select(0, i).select(0, r2[0]).item() -
                                              ref.select(0, i).select(0, r2[1]).item();

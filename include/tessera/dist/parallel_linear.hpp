@@ -88,6 +88,13 @@ inline std::pair<int64_t, int64_t> feature_slice(const char* op, const char* wha
   const int64_t share = total / group.size();
   return {group.rank() * share, (group.rank() + 1) * share};
 }
+
+/// full's parameters replaced by rank 0's (the layers built from sizes slice rank 0's draw).
+template <class T, class B>
+const nn::Linear<T, B>& broadcast_from_root(const nn::Linear<T, B>& full, const ProcessGroup& g) {
+  for (const auto& p : full.parameters()) g.broadcast(p.value());
+  return full;
+}
 }  // namespace detail
 
 /// A Linear layer whose output features are split across the group: this rank holds rows
@@ -116,19 +123,12 @@ class ColumnParallelLinear : public nn::Module<T, B> {
   /// then sliced: the layers equal one process's Linear drawn from rank 0's generator.
   ColumnParallelLinear(int64_t in, int64_t out, ProcessGroup g, bool with_bias = true,
                        bool gather = false)
-      : ColumnParallelLinear(broadcast_from_root(nn::Linear<T, B>(in, out, with_bias), g), g,
-                             gather) {}
+      : ColumnParallelLinear(detail::broadcast_from_root(nn::Linear<T, B>(in, out, with_bias), g),
+                             g, gather) {}
 
   Variable<T, B> forward(const Variable<T, B>& x) override {
     Variable<T, B> y = linear(copy_to_parallel(x, group), weight, bias);
     return gather_output ? gather_from_parallel(y, group) : y;
-  }
-
-  /// full's parameters replaced by rank 0's.
-  static const nn::Linear<T, B>& broadcast_from_root(const nn::Linear<T, B>& full,
-                                                     const ProcessGroup& g) {
-    for (const auto& p : full.parameters()) g.broadcast(p.value());
-    return full;
   }
 };
 
@@ -150,9 +150,8 @@ class RowParallelLinear : public nn::Module<T, B> {
     if (full.bias.defined()) bias = this->register_parameter("bias", full.bias.value().clone());
   }
   RowParallelLinear(int64_t in, int64_t out, ProcessGroup g, bool with_bias = true)
-      : RowParallelLinear(ColumnParallelLinear<T, B>::broadcast_from_root(
-                              nn::Linear<T, B>(in, out, with_bias), g),
-                          g) {}
+      : RowParallelLinear(detail::broadcast_from_root(nn::Linear<T, B>(in, out, with_bias), g), g) {
+  }
 
   Variable<T, B> forward(const Variable<T, B>& x) override {
     const int64_t share = weight.value().shape()[1];
