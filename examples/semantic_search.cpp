@@ -4,14 +4,17 @@
 //
 //   semantic_search [--model DIR] [--status FILE] [--top K] [--batch B] [--threads T]
 //                   [--limit N] [--dtype fp32|bf16|fp16|int8|fp8] [--device cpu|cuda]
-//                   [--queries FILE] [--agree-with DTYPE [--min-agreement F]] [QUERY ...]
+//                   [--queries FILE] [--agree-with DTYPE [--min-agreement F]]
+//                   [--calibrate FILE] [QUERY ...]
 //
 // The model folder comes from scripts/fetch_model.sh (default: ~/.cache/tessera/
 // all-MiniLM-L6-v2); the corpus from dpkg's status file (default /var/lib/dpkg/status).
 // --queries adds one query per line of FILE (examples/data/search_queries.txt holds 200).
 // --agree-with DTYPE runs the search in both precisions and reports how often their top
 // results agree (with --min-agreement F, the exit status is 1 below that fraction), instead of
-// printing the matches. --device cuda needs the build of this file by nvcc
+// printing the matches. --calibrate FILE rounds the fp8 model's weights by GPTQ against the
+// layers' inputs on the lines of FILE (a hundred texts like those searched; models.md), instead
+// of to nearest. --device cuda needs the build of this file by nvcc
 // (semantic_search_cuda, built when CMake runs with -DTESSERA_ENABLE_CUDA=ON).
 #include <unistd.h>
 
@@ -44,7 +47,7 @@ struct Args {
   double min_agreement = 0;
   int64_t top = 5, batch = 32, limit = 0;
   int threads = 2;
-  std::vector<std::string> queries;
+  std::vector<std::string> queries, calibration;
 };
 
 [[noreturn]] void usage(const std::string& why) {
@@ -52,15 +55,15 @@ struct Args {
                "semantic_search: %s\nusage: semantic_search [--model DIR] [--status FILE] "
                "[--top K] [--batch B] [--threads T] [--limit N] "
                "[--dtype fp32|bf16|fp16|int8|fp8] [--device cpu|cuda] [--queries FILE] "
-               "[--agree-with DTYPE [--min-agreement F]] [QUERY ...]\n",
+               "[--agree-with DTYPE [--min-agreement F]] [--calibrate FILE] [QUERY ...]\n",
                why.c_str());
   std::exit(2);
 }
 
-/// The non-empty lines of a file of queries.
-std::vector<std::string> read_queries(const std::string& path) {
+/// The non-empty lines of a file of queries or calibration texts.
+std::vector<std::string> read_lines(const std::string& path, const std::string& what) {
   std::ifstream in(path);
-  if (!in) usage("cannot read the queries in '" + path + "'");
+  if (!in) usage("cannot read the " + what + " in '" + path + "'");
   std::vector<std::string> out;
   for (std::string line; std::getline(in, line);)
     if (!line.empty()) out.push_back(line);
@@ -92,8 +95,10 @@ Args parse(int argc, char** argv) {
         a.agree_with = bert::parse_precision(v);
       else if (k == "--device")
         a.device = v;
+      else if (k == "--calibrate")
+        a.calibration = read_lines(v, "calibration texts");
       else if (k == "--queries") {
-        const auto q = read_queries(v);
+        const auto q = read_lines(v, "queries");
         a.queries.insert(a.queries.end(), q.begin(), q.end());
       } else if (k == "--min-agreement")
         a.min_agreement = std::stod(v);
@@ -117,6 +122,9 @@ Args parse(int argc, char** argv) {
   if (a.top < 1 || a.batch < 1 || a.threads < 1 || a.limit < 0)
     usage("--top, --batch and --threads must be positive, --limit not negative");
   if (a.device != "cpu" && a.device != "cuda") usage("--device is cpu or cuda, not " + a.device);
+  if (!a.calibration.empty() && a.dtype != bert::precision::fp8 &&
+      a.agree_with != bert::precision::fp8)
+    usage("--calibrate is for --dtype fp8");
   return a;
 }
 
@@ -148,7 +156,10 @@ void progress(const char* what, int64_t done, int64_t total, double seconds, boo
 template <class B>
 ts::Tensor<float> search_scores(const Args& args, bert::precision p,
                                 const std::vector<std::string>& docs) {
-  const auto model = bert::load<B>(args.model, p);
+  const std::span<const std::string> calibration =
+      p == bert::precision::fp8 ? std::span<const std::string>(args.calibration)
+                                : std::span<const std::string>();
+  const auto model = bert::load<B>(args.model, p, {}, calibration);
   const int64_t n = static_cast<int64_t>(docs.size()), h = model.cfg.hidden_size;
   const std::string what = args.agree_with ? std::string(" (") + bert::precision_name(p) + ")" : "";
   // Encode in chunks of a few batches, to redraw the progress bar in between.

@@ -184,3 +184,95 @@ TYPED_TEST(LowpLinear, EmptyInputsNoBiasAndBadShapes) {
 }
 
 }  // namespace
+
+// GPTQ (ops/gptq.hpp): the factor of the damped inverse, then the rounding it drives.
+TEST(Gptq, InverseFactorMultipliesBackToTheIdentity) {
+  ts::Generator g(6);
+  for (int64_t n : {1, 2, 5, 33}) {
+    SCOPED_TRACE(n);
+    // H = X^T X for 3n random rows; damped by 1% of its mean diagonal.
+    const auto x = tt::to_doubles(ts::randn<float>({3 * n, n}, g));
+    std::vector<double> h(static_cast<size_t>(n * n), 0.0);
+    for (int64_t r = 0; r < 3 * n; ++r)
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < n; ++j) h[i * n + j] += x[r * n + i] * x[r * n + j];
+    double mean_diag = 0;
+    for (int64_t i = 0; i < n; ++i) mean_diag += h[i * n + i] / static_cast<double>(n);
+    const auto u = ts::detail::gptq_inverse_factor(h, n);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < i; ++j) ASSERT_EQ(u[i * n + j], 0.0) << "U is upper triangular";
+    // (H + d I) U^T U == I.
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int64_t k = 0; k < n; ++k) {
+          double utu = 0;  // (U^T U)[k][j]
+          for (int64_t p = 0; p <= std::min(k, j); ++p) utu += u[p * n + k] * u[p * n + j];
+          acc += (h[i * n + k] + (i == k ? 0.01 * mean_diag : 0.0)) * utu;
+        }
+        EXPECT_NEAR(acc, i == j ? 1.0 : 0.0, 1e-9) << i << ", " << j;
+      }
+  }
+  // All-zero H (no calibration input reached the layer): U = I.
+  const auto u = ts::detail::gptq_inverse_factor(std::vector<double>(9, 0.0), 3);
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 3; ++j) EXPECT_EQ(u[i * 3 + j], i == j ? 1.0 : 0.0);
+}
+
+template <class T>
+class GptqLinear : public ::testing::Test {};
+using GptqTypes = ::testing::Types<ts::float8_e4m3, ts::float8_e5m2>;
+TYPED_TEST_SUITE(GptqLinear, GptqTypes);
+
+// Uncorrelated features: nothing to compensate, GPTQ rounds to nearest.
+TYPED_TEST(GptqLinear, DiagonalHessianRoundsToNearest) {
+  using T = TypeParam;
+  ts::Generator g(7);
+  const auto w = ts::randn<float>({9, 17}, g), b = ts::randn<float>({9}, g);
+  auto h = ts::zeros<double>({17, 17});
+  for (int64_t j = 0; j < 17; ++j) h.slice(0, j, j + 1).slice(1, j, j + 1).fill_(1.0 + j);
+  const auto nearest = ts::quantize_linear_lowp<T>(w, b);
+  const auto q = ts::quantize_linear_lowp<T>(w, b, h);
+  EXPECT_EQ(tt::to_doubles(q.values), tt::to_doubles(nearest.values));
+  EXPECT_EQ(tt::to_doubles(q.scales), tt::to_doubles(nearest.scales));
+  EXPECT_EQ(tt::to_doubles(q.bias), tt::to_doubles(b));
+}
+
+// Correlated features (inputs near a low-dimensional subspace): the layer's output on those
+// inputs moves less than with rounding to nearest, with the same per-channel scales.
+TYPED_TEST(GptqLinear, CorrelatedInputsMoveTheOutputLess) {
+  using T = TypeParam;
+  ts::Generator g(8);
+  const int64_t rows = 512, in = 48, out = 24;
+  const auto x = ts::matmul(ts::randn<float>({rows, 6}, g), ts::randn<float>({6, in}, g)) +
+                 0.05f * ts::randn<float>({rows, in}, g);
+  const auto w = ts::randn<float>({out, in}, g);
+  const auto xd = x.template astype<double>();
+  const auto h = ts::matmul(xd.transpose(0, 1), xd);
+  const auto nearest = ts::quantize_linear_lowp<T>(w, {});
+  const auto q = ts::quantize_linear_lowp<T>(w, {}, h);
+  EXPECT_EQ(tt::to_doubles(q.scales), tt::to_doubles(nearest.scales));
+  const double top = static_cast<float>(std::numeric_limits<T>::max());
+  for (double v : tt::to_doubles(q.values)) ASSERT_LE(std::abs(v), top);
+  const auto exact = ts::matmul(xd, w.template astype<double>().transpose(0, 1));
+  auto error = [&](const ts::lowp_linear_weights<T, ts::cpu>& l) {
+    const auto y = ts::lowp_linear(x, l).template astype<double>();
+    return ts::sum((y - exact) * (y - exact)).item();
+  };
+  const double e_nearest = error(nearest), e_gptq = error(q);
+  EXPECT_LT(e_gptq, 0.5 * e_nearest) << "nearest " << e_nearest << ", GPTQ " << e_gptq;
+}
+
+TYPED_TEST(GptqLinear, BadHessians) {
+  using T = TypeParam;
+  ts::Generator g(9);
+  const auto w = ts::randn<float>({4, 6}, g);
+  EXPECT_THROW((void)ts::quantize_linear_lowp<T>(w, {}, ts::zeros<double>({5, 5})),
+               ts::shape_error);
+  EXPECT_THROW((void)ts::quantize_linear_lowp<T>(w, {}, ts::zeros<double>({6})), ts::shape_error);
+  // Not positive semi-definite: a large negative diagonal entry.
+  auto h = ts::zeros<double>({6, 6});
+  h.slice(0, 0, 1).slice(1, 0, 1).fill_(-100.0);
+  h.slice(0, 1, 2).slice(1, 1, 2).fill_(1.0);
+  EXPECT_THROW((void)ts::quantize_linear_lowp<T>(w, {}, h), ts::error);
+}

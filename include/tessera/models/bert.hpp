@@ -126,7 +126,11 @@ struct dense {
   lowp_linear_weights<float8_e4m3, B> fp8;
 
   dense() = default;
-  dense(Tensor<float, B> w, Tensor<float, B> b, precision p) : prec(p) {
+  /// hessian (fp8 only, optional): the sum of x x^T over calibration inputs x of the layer, for
+  /// GPTQ's rounding (ops/gptq.hpp) instead of rounding to nearest.
+  dense(Tensor<float, B> w, Tensor<float, B> b, precision p,
+        const Tensor<double, B>* hessian = nullptr)
+      : prec(p) {
     switch (p) {
       case precision::int8:
         int8 = quantize_linear_int8(w, b, int8_outlier_threshold);
@@ -138,7 +142,8 @@ struct dense {
         fp16 = quantize_linear_lowp<half>(w, b);
         break;
       case precision::fp8:
-        fp8 = quantize_linear_lowp<float8_e4m3>(w, b);
+        fp8 = hessian ? quantize_linear_lowp<float8_e4m3>(w, b, *hessian)
+                      : quantize_linear_lowp<float8_e4m3>(w, b);
         break;
       default:  // [out, in] as a view of the contiguous [in, out] transpose: see above
         weight = w.transpose(0, 1).contiguous().transpose(0, 1), bias = std::move(b);
@@ -212,12 +217,19 @@ class Model {
   /// max_seq_length when the folder has one, else max_position_embeddings.
   int64_t max_length = 0;
 
-  /// Loads the folder. Throws io_error / error as config::read, safetensors_file::open and
-  /// WordPiece::from_pretrained do, and io_error naming a weight that is missing or has another
-  /// shape or dtype than the config implies.
+  /// Loads the folder. With calibration texts (fp8 only), each linear layer is rounded by GPTQ
+  /// against its inputs on those texts (round_by_gptq) instead of to nearest. Throws io_error /
+  /// error as config::read, safetensors_file::open and WordPiece::from_pretrained do, io_error
+  /// naming a weight that is missing or has another shape or dtype than the config implies, and
+  /// error for calibration texts with another precision.
   static Model load(const std::filesystem::path& dir, precision prec = precision::fp32,
-                    partition<B> part = {}) {
+                    partition<B> part = {}, std::span<const std::string> calibration = {}) {
     config c = config::read(dir / "config.json");  // first: its errors say the most
+    if (!calibration.empty() && prec != precision::fp8)
+      detail::fail<error>("bert::load", "calibration texts are for fp8, not ",
+                          precision_name(prec));
+    // Calibrated: the float32 layers first, whose inputs on the texts GPTQ needs.
+    const precision built = calibration.empty() ? prec : precision::fp32;
     if (part.count < 1 || part.rank < 0 || part.rank >= part.count)
       detail::fail<index_error>("bert::load", "partition rank ", part.rank, " of ", part.count,
                                 " is out of range");
@@ -278,19 +290,19 @@ class Model {
                        qkv_part("query", false), qkv_part("key", false), qkv_part("value", false)}),
                    cat(std::vector<Tensor<float, B>>{qkv_part("query", true), qkv_part("key", true),
                                                      qkv_part("value", true)}),
-                   prec);
+                   built);
       // Row-parallel when split: a slice of the input features, the bias after the sum.
       const Tensor<float, B> out_bias = get(p + "attention.output.dense.bias", {h});
       l.out = dense<B>(part_of(p + "attention.output.dense.weight", {h, h}, 1),
-                       split ? Tensor<float, B>() : out_bias, prec);
+                       split ? Tensor<float, B>() : out_bias, built);
       if (split) l.out_bias = out_bias;
       l.ln1_w = get(p + "attention.output.LayerNorm.weight", {h});
       l.ln1_b = get(p + "attention.output.LayerNorm.bias", {h});
       l.up = dense<B>(part_of(p + "intermediate.dense.weight", {f, h}, 0),
-                      part_of(p + "intermediate.dense.bias", {f}, 0), prec);
+                      part_of(p + "intermediate.dense.bias", {f}, 0), built);
       const Tensor<float, B> down_bias = get(p + "output.dense.bias", {h});
       l.down = dense<B>(part_of(p + "output.dense.weight", {h, f}, 1),
-                        split ? Tensor<float, B>() : down_bias, prec);
+                        split ? Tensor<float, B>() : down_bias, built);
       if (split) l.down_bias = down_bias;
       l.ln2_w = get(p + "output.LayerNorm.weight", {h});
       l.ln2_b = get(p + "output.LayerNorm.bias", {h});
@@ -307,6 +319,7 @@ class Model {
                                "': ", e.what());
       }
     }
+    if (!calibration.empty()) m.round_by_gptq(calibration, prec);
     return m;
   }
 
@@ -317,55 +330,7 @@ class Model {
   /// the vocabulary.
   Tensor<float, B> forward(const Tensor<int64_t, B>& ids, const Tensor<int64_t, B>& mask,
                            const Tensor<int64_t, B>& token_types = {}) const {
-    if (ids.rank() != 2 || mask.shape() != ids.shape() ||
-        (token_types.defined() && token_types.shape() != ids.shape()))
-      detail::fail<shape_error>("bert::forward", "ids, attention_mask and token_type_ids must be ",
-                                "[n, l] alike, got ", ids.shape(), " and ", mask.shape());
-    // A partitioned model computes its share of the heads: heads / parts of them, hp features.
-    const int64_t n = ids.shape()[0], l = ids.shape()[1], h = cfg.hidden_size,
-                  dh = h / cfg.num_attention_heads, heads = cfg.num_attention_heads / part_.count,
-                  hp = heads * dh;
-    if (l > cfg.max_position_embeddings)
-      detail::fail<shape_error>("bert::forward", l, " tokens are more than the ",
-                                cfg.max_position_embeddings, " positions of the model");
-    const Tensor<int64_t, B> positions = arange<int64_t, B>(l).reshape({1, l});
-    const Tensor<int64_t, B> types =
-        token_types.defined() ? token_types : zeros<int64_t, B>({n, l});
-    Tensor<float, B> x =
-        embedding(word_, ids) + embedding(position_, positions) + embedding(token_type_, types);
-    x = layer_norm(x, emb_ln_w_, emb_ln_b_, cfg.layer_norm_eps);
-    // Padding keys get the lowest float added to their scores, as transformers does.
-    const Tensor<float, B> key_bias =
-        ((1.0f - mask.template astype<float>()) * std::numeric_limits<float>::lowest())
-            .reshape({n, 1, 1, l});
-    const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
-    auto split_heads = [&](const Tensor<float, B>& t) {  // [n, l, hp] -> [n, heads, l, dh]
-      return t.reshape({n, l, heads, dh}).permute({0, 2, 1, 3});
-    };
-    // A row-parallel layer: partial products summed across the processes, then the bias.
-    auto row_parallel = [&](const dense<B>& d, const Tensor<float, B>& bias,
-                            const Tensor<float, B>& in) {
-      if (part_.count == 1) return d(in);
-      Tensor<float, B> y = d(in);
-      part_.all_reduce(y);
-      return y + bias;
-    };
-    for (const layer<B>& w : layers_) {
-      const Tensor<float, B> qkv = w.qkv(x);  // [n, l, 3hp]: q, k and v side by side
-      const Tensor<float, B> q = split_heads(qkv.slice(2, 0, hp));
-      const Tensor<float, B> k = split_heads(qkv.slice(2, hp, 2 * hp));
-      const Tensor<float, B> v = split_heads(qkv.slice(2, 2 * hp, 3 * hp));
-      const Tensor<float, B> ctx = scaled_dot_product_attention(q, k, v, key_bias, false, scale)
-                                       .permute({0, 2, 1, 3})
-                                       .contiguous()
-                                       .reshape({n, l, hp});
-      x = layer_norm(row_parallel(w.out, w.out_bias, ctx) + x, w.ln1_w, w.ln1_b,
-                     cfg.layer_norm_eps);
-      const Tensor<float, B> up = gelu(w.up(x));
-      x = layer_norm(row_parallel(w.down, w.down_bias, up) + x, w.ln2_w, w.ln2_b,
-                     cfg.layer_norm_eps);
-    }
-    return x;
+    return forward_observed(ids, mask, token_types, nullptr);
   }
 
   /// Sentence embeddings [texts, hidden]: each text tokenized (cut to max_length tokens), run
@@ -411,18 +376,113 @@ class Model {
   }
 
  private:
+  /// Called with (4 * layer + which, input) before each linear layer runs, which being 0 for
+  /// the query-key-value projection, 1 attention output, 2 feed-forward up, 3 down.
+  using observer = std::function<void(size_t, const Tensor<float, B>&)>;
+
   Model(config c, text::WordPiece t) : cfg(c), tokenizer(std::move(t)) {}
+
+  /// Replaces every float32 linear layer by one in precision p (fp8) rounded by GPTQ: the texts
+  /// run through the model in batches of 32, and each layer's H sums x x^T over the inputs x of
+  /// the real (not padding) tokens.
+  void round_by_gptq(std::span<const std::string> texts, precision p) {
+    std::vector<Tensor<double, B>> h(layers_.size() * 4);
+    Tensor<int64_t, B> real;  // the flat [n * l] positions of real tokens
+    const observer sum_outer = [&](size_t which, const Tensor<float, B>& x) {
+      const int64_t in = x.shape()[2];
+      const Tensor<float, B> xs = embedding(x.reshape({-1, in}), real);  // [tokens, in]
+      const Tensor<double, B> g = matmul(xs.transpose(0, 1), xs).template astype<double>();
+      h[which] = h[which].defined() ? h[which] + g : g;
+    };
+    for (size_t b = 0; b < texts.size(); b += 32) {
+      const size_t e = std::min(texts.size(), b + 32);
+      const auto enc = tokenizer.encode_batch(texts.subspan(b, e - b), max_length);
+      std::vector<int64_t> positions;
+      const std::vector<int64_t> mask = enc.attention_mask.contiguous().to_vector();
+      for (size_t i = 0; i < mask.size(); ++i)
+        if (mask[i] != 0) positions.push_back(static_cast<int64_t>(i));
+      real = from_vector<int64_t, B>(positions);
+      (void)forward_observed(enc.input_ids.template to<B>(), enc.attention_mask.template to<B>(),
+                             enc.token_type_ids.template to<B>(), &sum_outer);
+    }
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      layer<B>& l = layers_[i];
+      dense<B>* ds[4] = {&l.qkv, &l.out, &l.up, &l.down};
+      for (size_t which = 0; which < 4; ++which)
+        *ds[which] = dense<B>(ds[which]->weight, ds[which]->bias, p, &h[4 * i + which]);
+    }
+  }
+
+  Tensor<float, B> forward_observed(const Tensor<int64_t, B>& ids, const Tensor<int64_t, B>& mask,
+                                    const Tensor<int64_t, B>& token_types,
+                                    const observer* observe) const {
+    if (ids.rank() != 2 || mask.shape() != ids.shape() ||
+        (token_types.defined() && token_types.shape() != ids.shape()))
+      detail::fail<shape_error>("bert::forward", "ids, attention_mask and token_type_ids must be ",
+                                "[n, l] alike, got ", ids.shape(), " and ", mask.shape());
+    // A partitioned model computes its share of the heads: heads / parts of them, hp features.
+    const int64_t n = ids.shape()[0], l = ids.shape()[1], h = cfg.hidden_size,
+                  dh = h / cfg.num_attention_heads, heads = cfg.num_attention_heads / part_.count,
+                  hp = heads * dh;
+    if (l > cfg.max_position_embeddings)
+      detail::fail<shape_error>("bert::forward", l, " tokens are more than the ",
+                                cfg.max_position_embeddings, " positions of the model");
+    const Tensor<int64_t, B> positions = arange<int64_t, B>(l).reshape({1, l});
+    const Tensor<int64_t, B> types =
+        token_types.defined() ? token_types : zeros<int64_t, B>({n, l});
+    Tensor<float, B> x =
+        embedding(word_, ids) + embedding(position_, positions) + embedding(token_type_, types);
+    x = layer_norm(x, emb_ln_w_, emb_ln_b_, cfg.layer_norm_eps);
+    // Padding keys get the lowest float added to their scores, as transformers does.
+    const Tensor<float, B> key_bias =
+        ((1.0f - mask.template astype<float>()) * std::numeric_limits<float>::lowest())
+            .reshape({n, 1, 1, l});
+    const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
+    auto split_heads = [&](const Tensor<float, B>& t) {  // [n, l, hp] -> [n, heads, l, dh]
+      return t.reshape({n, l, heads, dh}).permute({0, 2, 1, 3});
+    };
+    // A row-parallel layer: partial products summed across the processes, then the bias.
+    auto row_parallel = [&](const dense<B>& d, const Tensor<float, B>& bias,
+                            const Tensor<float, B>& in) {
+      if (part_.count == 1) return d(in);
+      Tensor<float, B> y = d(in);
+      part_.all_reduce(y);
+      return y + bias;
+    };
+    size_t at = 0;  // 4 * layer, for observe
+    for (const layer<B>& w : layers_) {
+      if (observe) (*observe)(at, x);
+      const Tensor<float, B> qkv = w.qkv(x);  // [n, l, 3hp]: q, k and v side by side
+      const Tensor<float, B> q = split_heads(qkv.slice(2, 0, hp));
+      const Tensor<float, B> k = split_heads(qkv.slice(2, hp, 2 * hp));
+      const Tensor<float, B> v = split_heads(qkv.slice(2, 2 * hp, 3 * hp));
+      const Tensor<float, B> ctx = scaled_dot_product_attention(q, k, v, key_bias, false, scale)
+                                       .permute({0, 2, 1, 3})
+                                       .contiguous()
+                                       .reshape({n, l, hp});
+      if (observe) (*observe)(at + 1, ctx);
+      x = layer_norm(row_parallel(w.out, w.out_bias, ctx) + x, w.ln1_w, w.ln1_b,
+                     cfg.layer_norm_eps);
+      if (observe) (*observe)(at + 2, x);
+      const Tensor<float, B> up = gelu(w.up(x));
+      if (observe) (*observe)(at + 3, up);
+      at += 4;
+      x = layer_norm(row_parallel(w.down, w.down_bias, up) + x, w.ln2_w, w.ln2_b,
+                     cfg.layer_norm_eps);
+    }
+    return x;
+  }
 
   Tensor<float, B> word_, position_, token_type_, emb_ln_w_, emb_ln_b_;
   std::vector<layer<B>> layers_;
   partition<B> part_;
 };
 
-/// Model<B>::load(dir, precision, partition).
+/// Model<B>::load(dir, precision, partition, calibration).
 template <class B = cpu>
 Model<B> load(const std::filesystem::path& dir, precision p = precision::fp32,
-              partition<B> part = {}) {
-  return Model<B>::load(dir, p, std::move(part));
+              partition<B> part = {}, std::span<const std::string> calibration = {}) {
+  return Model<B>::load(dir, p, std::move(part), calibration);
 }
 
 }  // namespace models::bert

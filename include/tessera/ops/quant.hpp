@@ -5,9 +5,11 @@
 //   with the bias added;
 // - bfloat16 / half weights, with the activations rounded to the same type (as autocast does),
 //   summed in float;
-// - 8-bit float weights (e4m3, e5m2) with one scale per output channel, float activations.
+// - 8-bit float weights (e4m3, e5m2) with one scale per output channel, float activations;
+//   rounded to nearest, or by GPTQ against calibration inputs (gptq.hpp).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -16,6 +18,7 @@
 #include "creation.hpp"
 #include "elementwise.hpp"
 #include "embedding.hpp"
+#include "gptq.hpp"
 #include "matmul.hpp"
 #include "reduce.hpp"
 
@@ -199,6 +202,17 @@ struct lowp_linear_weights {
   int64_t in_features = 0, out_features = 0;
 };
 
+namespace detail {
+/// The stored form of narrow weights: a view of the contiguous [in, out] transpose, as for int8
+/// (contiguous rows for the packing), and a zero bias where the layer has none.
+template <class T, class B>
+lowp_linear_weights<T, B> lowp_layout(lowp_linear_weights<T, B> q) {
+  q.values = q.values.transpose(0, 1).contiguous().transpose(0, 1);
+  if (!q.bias.defined()) q.bias = zeros<float, B>({q.out_features});
+  return q;
+}
+}  // namespace detail
+
 /// Rounds a float linear layer (weight [out, in], bias [out] or undefined) to T for lowp_linear.
 template <class T, class B>
 lowp_linear_weights<T, B> quantize_linear_lowp(const Tensor<float, B>& weight,
@@ -213,10 +227,41 @@ lowp_linear_weights<T, B> quantize_linear_lowp(const Tensor<float, B>& weight,
   } else {
     q.values = weight.template astype<T>();
   }
-  // A view of the contiguous [in, out] transpose, as for int8 (contiguous rows for the packing).
-  q.values = q.values.transpose(0, 1).contiguous().transpose(0, 1);
-  if (!q.bias.defined()) q.bias = zeros<float, B>({q.out_features});
-  return q;
+  return detail::lowp_layout(std::move(q));
+}
+
+/// As quantize_linear_lowp for an 8-bit float T, same scales, with the weights rounded by GPTQ
+/// (gptq.hpp) for inputs x whose sum of x x^T is `hessian` [in, in] (float64, on any backend):
+/// the layer's output on such inputs moves less than with rounding to nearest. Throws
+/// shape_error when hessian is not [in, in], error when it is not positive semi-definite.
+template <class T, class B, class HB>
+lowp_linear_weights<T, B> quantize_linear_lowp(const Tensor<float, B>& weight,
+                                               const Tensor<float, B>& bias,
+                                               const Tensor<double, HB>& hessian) {
+  static_assert(detail::is_float8_v<T>, "GPTQ rounding is for the 8-bit float formats");
+  detail::check_linear_layer("quantize_linear_lowp", weight, bias);
+  const int64_t out = weight.shape()[0], in = weight.shape()[1];
+  if (hessian.shape() != Shape{in, in})
+    detail::fail<shape_error>("quantize_linear_lowp", "hessian must be [", in, ", ", in,
+                              "] for weight ", weight.shape(), ", got ", hessian.shape());
+  const auto top = static_cast<double>(std::numeric_limits<T>::max());
+  lowp_linear_weights<T, B> q{{}, {}, bias, in, out};
+  q.scales = map(detail::float8_scale{static_cast<float>(top)}, max(abs(weight), {1}));
+  const std::vector<float> w_host = weight.contiguous().to_vector();
+  const std::vector<float> s = q.scales.to_vector();
+  std::vector<double> w(w_host.begin(), w_host.end());
+  const auto u = detail::gptq_inverse_factor(hessian.contiguous().to_vector(), in);
+  detail::gptq_round(w, out, in, u, [&](int64_t o, double v) {
+    const double so = s[static_cast<size_t>(o)];
+    if (!(so > 0)) return 0.0;
+    const auto c = static_cast<float>(std::clamp(v / so, -top, top));
+    return static_cast<double>(static_cast<float>(T(c))) * so;
+  });
+  const Tensor<float, B> rounded =
+      from_vector<float, B>(std::vector<float>(w.begin(), w.end()), Shape{out, in});
+  // Each rounded value is a value of T times its row's scale: quantizing again is exact.
+  q.values = map(detail::float8_quantize<T>{}, rounded, q.scales.reshape({out, 1}));
+  return detail::lowp_layout(std::move(q));
 }
 
 /// x [..., in] · weightᵀ + bias with narrow weights, summed in float. bfloat16 and half: x is
