@@ -12,7 +12,7 @@
 // --queries adds one query per line of FILE (examples/data/search_queries.txt holds 200).
 // --agree-with DTYPE runs the search in both precisions and reports how often their top
 // results agree (with --min-agreement F, the exit status is 1 below that fraction), instead of
-// printing the matches. --calibrate FILE rounds the fp8 model's weights by GPTQ against the
+// printing the matches. --calibrate FILE rounds the fp8 or int8 weights by GPTQ against the
 // layers' inputs on the lines of FILE (a hundred texts like those searched; models.md), instead
 // of to nearest. --device cuda needs the build of this file by nvcc
 // (semantic_search_cuda, built when CMake runs with -DTESSERA_ENABLE_CUDA=ON).
@@ -122,9 +122,12 @@ Args parse(int argc, char** argv) {
   if (a.top < 1 || a.batch < 1 || a.threads < 1 || a.limit < 0)
     usage("--top, --batch and --threads must be positive, --limit not negative");
   if (a.device != "cpu" && a.device != "cuda") usage("--device is cpu or cuda, not " + a.device);
-  if (!a.calibration.empty() && a.dtype != bert::precision::fp8 &&
-      a.agree_with != bert::precision::fp8)
-    usage("--calibrate is for --dtype fp8");
+  const auto calibrated = [](bert::precision p) {
+    return p == bert::precision::fp8 || p == bert::precision::int8;
+  };
+  if (!a.calibration.empty() && !calibrated(a.dtype) &&
+      !(a.agree_with && calibrated(*a.agree_with)))
+    usage("--calibrate is for --dtype fp8 or int8");
   return a;
 }
 
@@ -157,8 +160,9 @@ template <class B>
 ts::Tensor<float> search_scores(const Args& args, bert::precision p,
                                 const std::vector<std::string>& docs) {
   const std::span<const std::string> calibration =
-      p == bert::precision::fp8 ? std::span<const std::string>(args.calibration)
-                                : std::span<const std::string>();
+      p == bert::precision::fp8 || p == bert::precision::int8
+          ? std::span<const std::string>(args.calibration)
+          : std::span<const std::string>();
   const auto model = bert::load<B>(args.model, p, {}, calibration);
   const int64_t n = static_cast<int64_t>(docs.size()), h = model.cfg.hidden_size;
   const std::string what = args.agree_with ? std::string(" (") + bert::precision_name(p) + ")" : "";

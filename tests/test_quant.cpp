@@ -276,3 +276,50 @@ TYPED_TEST(GptqLinear, BadHessians) {
   h.slice(0, 1, 2).slice(1, 1, 2).fill_(1.0);
   EXPECT_THROW((void)ts::quantize_linear_lowp<T>(w, {}, h), ts::error);
 }
+
+// int8 weights rounded by GPTQ: the same steps as rounding to nearest; a diagonal H gives exactly
+// rounding to nearest, correlated inputs a smaller output error.
+TEST(GptqInt8Linear, DiagonalHessianRoundsToNearest) {
+  ts::Generator g(10);
+  const auto w = ts::randn<float>({9, 17}, g), b = ts::randn<float>({9}, g);
+  auto h = ts::zeros<double>({17, 17});
+  for (int64_t j = 0; j < 17; ++j) h.slice(0, j, j + 1).slice(1, j, j + 1).fill_(2.0 + j);
+  const auto nearest = ts::quantize_linear_int8(w, b, 3.0f);
+  const auto q = ts::quantize_linear_int8(w, b, 3.0f, h);
+  EXPECT_EQ(tt::to_doubles(q.weight.values), tt::to_doubles(nearest.weight.values));
+  EXPECT_EQ(tt::to_doubles(q.weight.steps), tt::to_doubles(nearest.weight.steps));
+  EXPECT_EQ(q.weight.steps.shape(), nearest.weight.steps.shape());
+  EXPECT_EQ(tt::to_doubles(q.bias), tt::to_doubles(b));
+  EXPECT_EQ(q.outlier_threshold, 3.0f);
+}
+
+TEST(GptqInt8Linear, CorrelatedInputsMoveTheOutputLess) {
+  ts::Generator g(11);
+  const int64_t rows = 512, in = 48, out = 24;
+  const auto x = ts::matmul(ts::randn<float>({rows, 6}, g), ts::randn<float>({6, in}, g)) +
+                 0.05f * ts::randn<float>({rows, in}, g);
+  const auto w = ts::randn<float>({out, in}, g);
+  const auto xd = x.astype<double>();
+  const auto h = ts::matmul(xd.transpose(0, 1), xd);
+  const auto nearest = ts::quantize_linear_int8(w);
+  const auto q = ts::quantize_linear_int8(w, {}, 0.0f, h);
+  EXPECT_EQ(tt::to_doubles(q.weight.steps), tt::to_doubles(nearest.weight.steps));
+  // The weights' own error, seen through the inputs: x (w - dequantized)^T.
+  auto error = [&](const ts::int8_linear_weights<ts::cpu>& l) {
+    const auto deq = l.weight.values.astype<double>() *
+                     l.weight.steps.reshape({out, 1}).astype<double>();
+    const auto d = ts::matmul(xd, (w.astype<double>() - deq).transpose(0, 1));
+    return ts::sum(d * d).item();
+  };
+  const double e_nearest = error(nearest), e_gptq = error(q);
+  EXPECT_LT(e_gptq, 0.5 * e_nearest) << "nearest " << e_nearest << ", GPTQ " << e_gptq;
+}
+
+TEST(GptqInt8Linear, BadHessiansAndThresholds) {
+  ts::Generator g(12);
+  const auto w = ts::randn<float>({4, 6}, g);
+  EXPECT_THROW((void)ts::quantize_linear_int8(w, {}, 0.0f, ts::zeros<double>({5, 5})),
+               ts::shape_error);
+  EXPECT_THROW((void)ts::quantize_linear_int8(w, {}, -1.0f, ts::zeros<double>({6, 6})),
+               ts::error);
+}

@@ -126,14 +126,15 @@ struct dense {
   lowp_linear_weights<float8_e4m3, B> fp8;
 
   dense() = default;
-  /// hessian (fp8 only, optional): the sum of x x^T over calibration inputs x of the layer, for
+  /// hessian (fp8, int8; optional): the sum of x x^T over calibration inputs x of the layer, for
   /// GPTQ's rounding (ops/gptq.hpp) instead of rounding to nearest.
   dense(Tensor<float, B> w, Tensor<float, B> b, precision p,
         const Tensor<double, B>* hessian = nullptr)
       : prec(p) {
     switch (p) {
       case precision::int8:
-        int8 = quantize_linear_int8(w, b, int8_outlier_threshold);
+        int8 = hessian ? quantize_linear_int8(w, b, int8_outlier_threshold, *hessian)
+                       : quantize_linear_int8(w, b, int8_outlier_threshold);
         break;
       case precision::bf16:
         bf16 = quantize_linear_lowp<bfloat16>(w, b);
@@ -217,7 +218,7 @@ class Model {
   /// max_seq_length when the folder has one, else max_position_embeddings.
   int64_t max_length = 0;
 
-  /// Loads the folder. With calibration texts (fp8 only), each linear layer is rounded by GPTQ
+  /// Loads the folder. With calibration texts (fp8, int8), each linear layer is rounded by GPTQ
   /// against its inputs on those texts (round_by_gptq) instead of to nearest. Throws io_error /
   /// error as config::read, safetensors_file::open and WordPiece::from_pretrained do, io_error
   /// naming a weight that is missing or has another shape or dtype than the config implies, and
@@ -225,8 +226,8 @@ class Model {
   static Model load(const std::filesystem::path& dir, precision prec = precision::fp32,
                     partition<B> part = {}, std::span<const std::string> calibration = {}) {
     config c = config::read(dir / "config.json");  // first: its errors say the most
-    if (!calibration.empty() && prec != precision::fp8)
-      detail::fail<error>("bert::load", "calibration texts are for fp8, not ",
+    if (!calibration.empty() && prec != precision::fp8 && prec != precision::int8)
+      detail::fail<error>("bert::load", "calibration texts are for fp8 and int8, not ",
                           precision_name(prec));
     // Calibrated: the float32 layers first, whose inputs on the texts GPTQ needs.
     const precision built = calibration.empty() ? prec : precision::fp32;
@@ -382,9 +383,9 @@ class Model {
 
   Model(config c, text::WordPiece t) : cfg(c), tokenizer(std::move(t)) {}
 
-  /// Replaces every float32 linear layer by one in precision p (fp8) rounded by GPTQ: the texts
-  /// run through the model in batches of 32, and each layer's H sums x x^T over the inputs x of
-  /// the real (not padding) tokens.
+  /// Replaces every float32 linear layer by one in precision p (fp8, int8) rounded by GPTQ: the
+  /// texts run through the model in batches of 32, and each layer's H sums x x^T over the inputs x
+  /// of the real (not padding) tokens.
   void round_by_gptq(std::span<const std::string> texts, precision p) {
     std::vector<Tensor<double, B>> h(layers_.size() * 4);
     Tensor<int64_t, B> real;  // the flat [n * l] positions of real tokens

@@ -6,7 +6,8 @@
 // calibration inputs x: the layer's output on inputs like those changes least.
 //
 // Host code in float64: O(in^3 + out * in^2) multiply-adds, on OpenMP's default number of threads
-// (a step of loading a model, not of running it). ops/quant.hpp uses it for 8-bit float weights.
+// (a step of loading a model, not of running it). ops/quant.hpp uses it for 8-bit float and int8
+// weights.
 #pragma once
 
 #include <algorithm>

@@ -5,8 +5,9 @@
 //   with the bias added;
 // - bfloat16 / half weights, with the activations rounded to the same type (as autocast does),
 //   summed in float;
-// - 8-bit float weights (e4m3, e5m2) with one scale per output channel, float activations;
-//   rounded to nearest, or by GPTQ against calibration inputs (gptq.hpp).
+// - 8-bit float weights (e4m3, e5m2) with one scale per output channel, float activations.
+// The int8 and 8-bit float weights are rounded to nearest, or by GPTQ against calibration inputs
+// (gptq.hpp).
 #pragma once
 
 #include <algorithm>
@@ -117,6 +118,31 @@ int8_rows<B> quantize_int8_rows(const Tensor<float, B>& x) {
   return {map(detail::int8_quantize{}, x, steps), steps};
 }
 
+namespace detail {
+/// weight [out, in] rounded by GPTQ (gptq.hpp) against hessian [in, in], on the grid of each row:
+/// round(v, scale) is v rounded to the narrow format of a row with that scale (scales: one per
+/// row). The rounded values, in float, for the format's own quantizer (which then rounds
+/// exactly). Throws shape_error naming op when hessian is not [in, in].
+template <class B, class HB, class Round>
+Tensor<float, B> gptq_rounded(const char* op, const Tensor<float, B>& weight,
+                              const Tensor<double, HB>& hessian, const Tensor<float, B>& scales,
+                              Round round) {
+  const int64_t out = weight.shape()[0], in = weight.shape()[1];
+  if (hessian.shape() != Shape{in, in})
+    fail<shape_error>(op, "hessian must be [", in, ", ", in, "] for weight ", weight.shape(),
+                      ", got ", hessian.shape());
+  const std::vector<float> w_host = weight.contiguous().to_vector();
+  const std::vector<float> s = scales.contiguous().to_vector();
+  std::vector<double> w(w_host.begin(), w_host.end());
+  gptq_round(w, out, in, gptq_inverse_factor(hessian.contiguous().to_vector(), in),
+             [&](int64_t o, double v) {
+               const double so = s[static_cast<size_t>(o)];
+               return so > 0 ? round(v, so) : 0.0;
+             });
+  return from_vector<float, B>(std::vector<float>(w.begin(), w.end()), Shape{out, in});
+}
+}  // namespace detail
+
 /// A linear layer's weight [out, in] quantized per output channel, with its float bias [out]
 /// (or undefined).
 template <class B>
@@ -129,6 +155,24 @@ struct int8_linear_weights {
   float outlier_threshold = 0;
 };
 
+namespace detail {
+inline void check_outlier_threshold(float t) {
+  if (!(t >= 0))
+    fail<error>("quantize_linear_int8", "outlier_threshold ", t, " must be 0 (none) or positive");
+}
+
+/// The stored form of int8 weights: steps as [1, out]; the values as a view of the contiguous
+/// [in, out] transpose (the product's B operand then has contiguous rows, which the int8 GEMM
+/// packs several times faster than strided ones); a zero bias where the layer has none.
+template <class B>
+int8_linear_weights<B> int8_layout(int8_linear_weights<B> q) {
+  q.weight.steps = q.weight.steps.reshape({1, q.out_features});
+  q.weight.values = q.weight.values.transpose(0, 1).contiguous().transpose(0, 1);
+  if (!q.bias.defined()) q.bias = zeros<float, B>({q.out_features});
+  return q;
+}
+}  // namespace detail
+
 /// Quantizes a float linear layer (weight [out, in], bias [out] or undefined) for int8_linear;
 /// outlier_threshold as int8_linear_weights says (it must not be negative).
 template <class B>
@@ -136,17 +180,33 @@ int8_linear_weights<B> quantize_linear_int8(const Tensor<float, B>& weight,
                                             const Tensor<float, B>& bias = {},
                                             float outlier_threshold = 0) {
   detail::check_linear_layer("quantize_linear_int8", weight, bias);
-  if (!(outlier_threshold >= 0))
-    detail::fail<error>("quantize_linear_int8", "outlier_threshold ", outlier_threshold,
-                        " must be 0 (none) or positive");
-  int8_linear_weights<B> q{quantize_int8_rows(weight), bias, weight.shape()[1], weight.shape()[0],
-                           outlier_threshold};
-  q.weight.steps = q.weight.steps.reshape({1, q.out_features});
-  // Kept as a view of the contiguous [in, out] transpose: the product's B operand then has
-  // contiguous rows, which the int8 GEMM packs several times faster than strided ones.
-  q.weight.values = q.weight.values.transpose(0, 1).contiguous().transpose(0, 1);
-  if (!q.bias.defined()) q.bias = zeros<float, B>({q.out_features});
-  return q;
+  detail::check_outlier_threshold(outlier_threshold);
+  return detail::int8_layout(int8_linear_weights<B>{
+      quantize_int8_rows(weight), bias, weight.shape()[1], weight.shape()[0], outlier_threshold});
+}
+
+/// As quantize_linear_int8, same steps, with the weights rounded by GPTQ (gptq.hpp) for inputs x
+/// whose sum of x x^T is `hessian` [in, in] (float64, on any backend). Throws shape_error when
+/// hessian is not [in, in], error when it is not positive semi-definite.
+template <class B, class HB>
+int8_linear_weights<B> quantize_linear_int8(const Tensor<float, B>& weight,
+                                            const Tensor<float, B>& bias, float outlier_threshold,
+                                            const Tensor<double, HB>& hessian) {
+  detail::check_linear_layer("quantize_linear_int8", weight, bias);
+  detail::check_outlier_threshold(outlier_threshold);
+  const Tensor<float, B> steps = map(detail::int8_step{}, max(abs(weight), {1}));
+  const Tensor<float, B> rounded = detail::gptq_rounded(
+      "quantize_linear_int8", weight, hessian, steps, [](double v, double step) {
+        return std::clamp(std::nearbyint(v / step), -127.0, 127.0) * step;
+      });
+  // Each rounded value is a whole number of its row's step: quantizing again is exact.
+  const Tensor<float, B> column_steps = steps.reshape({weight.shape()[0], 1});
+  return detail::int8_layout(
+      int8_linear_weights<B>{{map(detail::int8_quantize{}, rounded, column_steps), column_steps},
+                             bias,
+                             weight.shape()[1],
+                             weight.shape()[0],
+                             outlier_threshold});
 }
 
 /// x [..., in] · weightᵀ + bias with the weight quantized per output channel and x per row at
@@ -240,27 +300,17 @@ lowp_linear_weights<T, B> quantize_linear_lowp(const Tensor<float, B>& weight,
                                                const Tensor<double, HB>& hessian) {
   static_assert(detail::is_float8_v<T>, "GPTQ rounding is for the 8-bit float formats");
   detail::check_linear_layer("quantize_linear_lowp", weight, bias);
-  const int64_t out = weight.shape()[0], in = weight.shape()[1];
-  if (hessian.shape() != Shape{in, in})
-    detail::fail<shape_error>("quantize_linear_lowp", "hessian must be [", in, ", ", in,
-                              "] for weight ", weight.shape(), ", got ", hessian.shape());
   const auto top = static_cast<double>(std::numeric_limits<T>::max());
-  lowp_linear_weights<T, B> q{{}, {}, bias, in, out};
-  q.scales = map(detail::float8_scale{static_cast<float>(top)}, max(abs(weight), {1}));
-  const std::vector<float> w_host = weight.contiguous().to_vector();
-  const std::vector<float> s = q.scales.to_vector();
-  std::vector<double> w(w_host.begin(), w_host.end());
-  const auto u = detail::gptq_inverse_factor(hessian.contiguous().to_vector(), in);
-  detail::gptq_round(w, out, in, u, [&](int64_t o, double v) {
-    const double so = s[static_cast<size_t>(o)];
-    if (!(so > 0)) return 0.0;
-    const auto c = static_cast<float>(std::clamp(v / so, -top, top));
-    return static_cast<double>(static_cast<float>(T(c))) * so;
-  });
-  const Tensor<float, B> rounded =
-      from_vector<float, B>(std::vector<float>(w.begin(), w.end()), Shape{out, in});
+  const Tensor<float, B> scales =
+      map(detail::float8_scale{static_cast<float>(top)}, max(abs(weight), {1}));
+  const Tensor<float, B> rounded = detail::gptq_rounded(
+      "quantize_linear_lowp", weight, hessian, scales, [top](double v, double scale) {
+        const auto c = static_cast<float>(std::clamp(v / scale, -top, top));
+        return static_cast<double>(static_cast<float>(T(c))) * scale;
+      });
   // Each rounded value is a value of T times its row's scale: quantizing again is exact.
-  q.values = map(detail::float8_quantize<T>{}, rounded, q.scales.reshape({out, 1}));
+  lowp_linear_weights<T, B> q{{}, scales, bias, weight.shape()[1], weight.shape()[0]};
+  q.values = map(detail::float8_quantize<T>{}, rounded, scales.reshape({q.out_features, 1}));
   return detail::lowp_layout(std::move(q));
 }
 
