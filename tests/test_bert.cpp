@@ -140,8 +140,8 @@ double mean_cosine_gap(const ts::models::bert::Model<>& m, size_t first, size_t 
 
 // fp8 and int8 rounded by GPTQ against the first 50 sentences: on the other 50 the embeddings
 // are closer to float32 than with rounding to nearest. Measured, mean 1 - cosine: fp8 1.1e-3
-// against 1.9e-3, int8 6.8e-4 against 1.0e-3. On 1213 other texts (the search example's packages and queries): fp8 9.2e-4
-// against 1.5e-3, int8 4.6e-4 against 6.3e-4 (models.md).
+// against 1.9e-3, int8 6.8e-4 against 1.0e-3. On 1213 other texts (the search example's packages
+// and queries): fp8 9.2e-4 against 1.5e-3, int8 4.6e-4 against 6.3e-4 (models.md).
 TEST(Bert, RoundingByGptqStaysCloserToFloat32) {
   const auto texts = sentences();
   const std::span<const std::string> calibration(texts.data(), 50);

@@ -306,8 +306,8 @@ TEST(GptqInt8Linear, CorrelatedInputsMoveTheOutputLess) {
   EXPECT_EQ(tt::to_doubles(q.weight.steps), tt::to_doubles(nearest.weight.steps));
   // The weights' own error, seen through the inputs: x (w - dequantized)^T.
   auto error = [&](const ts::int8_linear_weights<ts::cpu>& l) {
-    const auto deq = l.weight.values.astype<double>() *
-                     l.weight.steps.reshape({out, 1}).astype<double>();
+    const auto deq =
+        l.weight.values.astype<double>() * l.weight.steps.reshape({out, 1}).astype<double>();
     const auto d = ts::matmul(xd, (w.astype<double>() - deq).transpose(0, 1));
     return ts::sum(d * d).item();
   };
@@ -320,6 +320,5 @@ TEST(GptqInt8Linear, BadHessiansAndThresholds) {
   const auto w = ts::randn<float>({4, 6}, g);
   EXPECT_THROW((void)ts::quantize_linear_int8(w, {}, 0.0f, ts::zeros<double>({5, 5})),
                ts::shape_error);
-  EXPECT_THROW((void)ts::quantize_linear_int8(w, {}, -1.0f, ts::zeros<double>({6, 6})),
-               ts::error);
+  EXPECT_THROW((void)ts::quantize_linear_int8(w, {}, -1.0f, ts::zeros<double>({6, 6})), ts::error);
 }
