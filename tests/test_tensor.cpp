@@ -203,6 +203,15 @@ TEST(Tensor, PrintingShowsValuesShapeDtype) {
   EXPECT_EQ(u.str(), "tensor(undefined)");
 }
 
+// An undefined tensor holds no elements; a scalar holds one; a zero extent none.
+TEST(Tensor, NumelOfUndefinedScalarAndEmpty) {
+  EXPECT_EQ(ts::Tensor<float>().numel(), 0);
+  EXPECT_EQ(ts::full<float>({}, 2.0f).numel(), 1);
+  EXPECT_EQ(ts::zeros<float>({3, 0}).numel(), 0);
+  EXPECT_EQ(ts::zeros<float>({3, 0}).defined(), true);
+  EXPECT_THROW((void)ts::Tensor<float>().item(), ts::error);
+}
+
 TEST(Tensor, CachingAllocatorReusesLargeBlocks) {
   void* first;
   {

@@ -29,6 +29,10 @@ template <>
 inline constexpr bool is_lowp_float_v<float8_e4m3> = true;
 template <>
 inline constexpr bool is_lowp_float_v<float8_e5m2> = true;
+/// The two 8-bit float formats (their conversions to float read 256-entry tables).
+template <class T>
+inline constexpr bool is_float8_v =
+    std::is_same_v<T, float8_e4m3> || std::is_same_v<T, float8_e5m2>;
 }  // namespace detail
 
 /// OCP FP8 E4M3 ("E4M3FN"): 1 sign, 4 exponent (bias 7) and 3 mantissa bits; max 448, normals down

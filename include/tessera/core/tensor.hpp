@@ -54,7 +54,8 @@ class Tensor {
   /// Extent of dimension d (negative d counts from the end).
   int64_t size(int64_t d) const { return shape_[detail::wrap_axis("size", d, rank())]; }
   int64_t stride(int64_t d) const { return strides_[detail::wrap_axis("stride", d, rank())]; }
-  int64_t numel() const { return shape_.numel(); }
+  /// Elements: the product of the extents (1 for a scalar), 0 for an undefined tensor.
+  int64_t numel() const { return storage_ ? shape_.numel() : 0; }
   static constexpr ::tessera::dtype dtype() { return dtype_of<T>; }
   /// True when elements are laid out densely in row-major order (size-1 dims' strides ignored).
   bool is_contiguous() const {

@@ -371,7 +371,7 @@ class Model {
       for (const dense<B>* d : {&w.qkv, &w.out, &w.up, &w.down}) total += d->elements();
       for (const Tensor<float, B>* t :
            {&w.ln1_w, &w.ln1_b, &w.ln2_w, &w.ln2_b, &w.out_bias, &w.down_bias})
-        total += t->defined() ? t->numel() : 0;  // numel() of an undefined tensor is 1
+        total += t->numel();  // 0 where undefined
     }
     return total;
   }

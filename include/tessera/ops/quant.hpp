@@ -68,9 +68,6 @@ struct scale_add_bias {
     return acc * scale + bias;
   }
 };
-template <class T>
-inline constexpr bool is_float8_v =
-    std::is_same_v<T, float8_e4m3> || std::is_same_v<T, float8_e5m2>;
 
 /// Checks a float linear layer (weight [out, in], bias [out] or undefined) for quantization.
 template <class B>

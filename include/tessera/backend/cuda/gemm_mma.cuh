@@ -93,7 +93,7 @@ template <class In>
 struct cuda_mma_op {
   static constexpr bool tf32 = std::is_same_v<In, cuda_tf32_tag>;
   static constexpr int size = tf32 ? 4 : static_cast<int>(sizeof(In));  // bytes per element
-  static constexpr bool bytes8 = size == 1, fp8 = cuda_is_fp8<In>;
+  static constexpr bool bytes8 = size == 1, fp8 = is_float8_v<In>;
   using elem = std::conditional_t<bytes8, std::uint8_t,  // what the tiles hold
                                   std::conditional_t<tf32, std::uint32_t, std::uint16_t>>;
   using acc = typename cuda_tc_input<In>::acc;

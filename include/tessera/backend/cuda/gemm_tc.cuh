@@ -44,9 +44,6 @@
 TESSERA_BEGIN_NAMESPACE
 namespace detail {
 
-template <class T>
-inline constexpr bool cuda_is_fp8 =
-    std::is_same_v<T, float8_e4m3> || std::is_same_v<T, float8_e5m2>;
 
 inline constexpr int cuda_tc_bm = 128, cuda_tc_bn = 128;
 inline constexpr int cuda_tc_threads = 256;
@@ -143,9 +140,9 @@ struct cuda_tc_int8 {
 template <class TA, class TB, class Acc>
 struct cuda_tc_select {
   template <class T>
-  static constexpr bool half_exact = std::is_same_v<T, half> || cuda_is_fp8<T>;
+  static constexpr bool half_exact = std::is_same_v<T, half> || is_float8_v<T>;
   template <class T>
-  static constexpr bool bf16_exact = std::is_same_v<T, bfloat16> || cuda_is_fp8<T>;
+  static constexpr bool bf16_exact = std::is_same_v<T, bfloat16> || is_float8_v<T>;
   template <class T>
   static constexpr bool both = std::is_same_v<TA, T>&& std::is_same_v<TB, T>;
   using floats = std::conditional_t<

@@ -268,7 +268,7 @@ template <class Cfg, class TA, class TB, class Acc, class TC>
 bool cuda_gemm_try_async(const gemm_problem<TA, TB, Acc, TC>& pr,
                          const cuda_gemm_args<TA, TB, Acc, TC>& p, dim3 grid) {
   constexpr bool ints8 = std::is_same_v<Cfg, cuda_tc_int8<typename Cfg::frag>>;
-  constexpr bool fp8 = cuda_is_fp8<TA> && std::is_same_v<TA, TB> && std::is_same_v<Acc, float>;
+  constexpr bool fp8 = is_float8_v<TA> && std::is_same_v<TA, TB> && std::is_same_v<Acc, float>;
   if constexpr (ints8 || fp8) {
     using In = std::conditional_t<ints8, typename Cfg::frag, TA>;  // the instruction's input type
     return cuda_gemm_try_mma8<In>(pr, p, grid);

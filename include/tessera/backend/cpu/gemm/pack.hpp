@@ -37,7 +37,7 @@ TESSERA_ALWAYS_INLINE P pack_convert(S x, [[maybe_unused]] const float* f8) {
     return x;
   else if constexpr (std::is_same_v<S, half>) {
     return static_cast<P>(half_to_float(x));
-  } else if constexpr (std::is_same_v<S, float8_e4m3> || std::is_same_v<S, float8_e5m2>)
+  } else if constexpr (is_float8_v<S>)
     return static_cast<P>(f8[x.bits]);
   else if constexpr (is_low_precision_v<S>)
     return static_cast<P>(static_cast<float>(x));
@@ -47,7 +47,7 @@ TESSERA_ALWAYS_INLINE P pack_convert(S x, [[maybe_unused]] const float* f8) {
 
 template <class S>
 const float* float8_table_for() {
-  if constexpr (std::is_same_v<S, float8_e4m3> || std::is_same_v<S, float8_e5m2>)
+  if constexpr (is_float8_v<S>)
     return float8_table<S>().data();
   else
     return nullptr;
