@@ -44,7 +44,6 @@
 TESSERA_BEGIN_NAMESPACE
 namespace detail {
 
-
 inline constexpr int cuda_tc_bm = 128, cuda_tc_bn = 128;
 inline constexpr int cuda_tc_threads = 256;
 inline constexpr int cuda_tc_ldc = 16 + 4;  // a warp's staging tile for one accumulator fragment
