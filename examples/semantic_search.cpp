@@ -122,11 +122,8 @@ Args parse(int argc, char** argv) {
   if (a.top < 1 || a.batch < 1 || a.threads < 1 || a.limit < 0)
     usage("--top, --batch and --threads must be positive, --limit not negative");
   if (a.device != "cpu" && a.device != "cuda") usage("--device is cpu or cuda, not " + a.device);
-  const auto calibrated = [](bert::precision p) {
-    return p == bert::precision::fp8 || p == bert::precision::int8;
-  };
-  if (!a.calibration.empty() && !calibrated(a.dtype) &&
-      !(a.agree_with && calibrated(*a.agree_with)))
+  if (!a.calibration.empty() && !bert::takes_calibration(a.dtype) &&
+      !(a.agree_with && bert::takes_calibration(*a.agree_with)))
     usage("--calibrate is for --dtype fp8 or int8");
   return a;
 }
@@ -160,9 +157,8 @@ template <class B>
 ts::Tensor<float> search_scores(const Args& args, bert::precision p,
                                 const std::vector<std::string>& docs) {
   const std::span<const std::string> calibration =
-      p == bert::precision::fp8 || p == bert::precision::int8
-          ? std::span<const std::string>(args.calibration)
-          : std::span<const std::string>();
+      bert::takes_calibration(p) ? std::span<const std::string>(args.calibration)
+                                 : std::span<const std::string>();
   const auto model = bert::load<B>(args.model, p, {}, calibration);
   const int64_t n = static_cast<int64_t>(docs.size()), h = model.cfg.hidden_size;
   const std::string what = args.agree_with ? std::string(" (") + bert::precision_name(p) + ")" : "";

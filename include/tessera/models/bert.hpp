@@ -106,6 +106,10 @@ inline precision parse_precision(std::string_view name) {
                       "' is not a precision: fp32, bf16, fp16, int8 or fp8");
 }
 
+/// Whether load rounds p's weights by GPTQ when given calibration texts: fp8 and int8 (the other
+/// precisions have nothing to choose between).
+inline bool takes_calibration(precision p) { return p == precision::fp8 || p == precision::int8; }
+
 /// int8 layers keep input features above this magnitude out of the int8 product (ops/quant.hpp,
 /// int8_linear); 6 as LLM.int8. On the 200 search queries of examples/data/search_queries.txt,
 /// the top result agreed with float32's on 92.5% without it and 97.5% with it, for 11% more time
@@ -226,7 +230,7 @@ class Model {
   static Model load(const std::filesystem::path& dir, precision prec = precision::fp32,
                     partition<B> part = {}, std::span<const std::string> calibration = {}) {
     config c = config::read(dir / "config.json");  // first: its errors say the most
-    if (!calibration.empty() && prec != precision::fp8 && prec != precision::int8)
+    if (!calibration.empty() && !takes_calibration(prec))
       detail::fail<error>("bert::load", "calibration texts are for fp8 and int8, not ",
                           precision_name(prec));
     // Calibrated: the float32 layers first, whose inputs on the texts GPTQ needs.

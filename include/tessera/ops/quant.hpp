@@ -69,6 +69,19 @@ struct scale_add_bias {
   }
 };
 
+/// The int8 step of each row of x (its largest magnitude / 127), keeping the last dim as 1.
+template <class B>
+Tensor<float, B> int8_row_steps(const Tensor<float, B>& x) {
+  return map(int8_step{}, max(abs(x), {x.rank() - 1}, true));
+}
+
+/// The per-channel scale of 8-bit float weights [out, in] (float8_scale of each row), [out].
+template <class T, class B>
+Tensor<float, B> float8_row_scales(const Tensor<float, B>& weight) {
+  return map(float8_scale{static_cast<float>(std::numeric_limits<T>::max())},
+             max(abs(weight), {1}));
+}
+
 /// Checks a float linear layer (weight [out, in], bias [out] or undefined) for quantization.
 template <class B>
 void check_linear_layer(const char* op, const Tensor<float, B>& weight,
@@ -111,7 +124,7 @@ int8_rows<B> quantize_int8_rows(const Tensor<float, B>& x) {
   x.check_defined("quantize_int8_rows");
   if (x.rank() == 0)
     detail::fail<shape_error>("quantize_int8_rows", "x must have at least one dim");
-  const Tensor<float, B> steps = map(detail::int8_step{}, max(abs(x), {x.rank() - 1}, true));
+  const Tensor<float, B> steps = detail::int8_row_steps(x);
   return {map(detail::int8_quantize{}, x, steps), steps};
 }
 
@@ -191,15 +204,14 @@ int8_linear_weights<B> quantize_linear_int8(const Tensor<float, B>& weight,
                                             const Tensor<double, HB>& hessian) {
   detail::check_linear_layer("quantize_linear_int8", weight, bias);
   detail::check_outlier_threshold(outlier_threshold);
-  const Tensor<float, B> steps = map(detail::int8_step{}, max(abs(weight), {1}));
+  const Tensor<float, B> steps = detail::int8_row_steps(weight);  // [out, 1]
   const Tensor<float, B> rounded = detail::gptq_rounded(
       "quantize_linear_int8", weight, hessian, steps, [](double v, double step) {
         return std::clamp(std::nearbyint(v / step), -127.0, 127.0) * step;
       });
   // Each rounded value is a whole number of its row's step: quantizing again is exact.
-  const Tensor<float, B> column_steps = steps.reshape({weight.shape()[0], 1});
   return detail::int8_layout(
-      int8_linear_weights<B>{{map(detail::int8_quantize{}, rounded, column_steps), column_steps},
+      int8_linear_weights<B>{{map(detail::int8_quantize{}, rounded, steps), steps},
                              bias,
                              weight.shape()[1],
                              weight.shape()[0],
@@ -278,8 +290,7 @@ lowp_linear_weights<T, B> quantize_linear_lowp(const Tensor<float, B>& weight,
   detail::check_linear_layer("quantize_linear_lowp", weight, bias);
   lowp_linear_weights<T, B> q{{}, {}, bias, weight.shape()[1], weight.shape()[0]};
   if constexpr (detail::is_float8_v<T>) {
-    const auto top = static_cast<float>(std::numeric_limits<T>::max());
-    q.scales = map(detail::float8_scale{top}, max(abs(weight), {1}));
+    q.scales = detail::float8_row_scales<T>(weight);
     q.values = map(detail::float8_quantize<T>{}, weight, q.scales.reshape({q.out_features, 1}));
   } else {
     q.values = weight.template astype<T>();
@@ -298,8 +309,7 @@ lowp_linear_weights<T, B> quantize_linear_lowp(const Tensor<float, B>& weight,
   static_assert(detail::is_float8_v<T>, "GPTQ rounding is for the 8-bit float formats");
   detail::check_linear_layer("quantize_linear_lowp", weight, bias);
   const auto top = static_cast<double>(std::numeric_limits<T>::max());
-  const Tensor<float, B> scales =
-      map(detail::float8_scale{static_cast<float>(top)}, max(abs(weight), {1}));
+  const Tensor<float, B> scales = detail::float8_row_scales<T>(weight);
   const Tensor<float, B> rounded = detail::gptq_rounded(
       "quantize_linear_lowp", weight, hessian, scales, [top](double v, double scale) {
         const auto c = static_cast<float>(std::clamp(v / scale, -top, top));
