@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tessera/ops/packed_linear.hpp>
 #include <vector>
 
 #include "test_util.hpp"
@@ -1117,6 +1118,121 @@ TEST(Linear, Errors) {
   expect_linear_shape_error([&] { (void)ts::linear(x, w, ts::ones<float>({out + 1})); },
                             "bias size");
   expect_linear_shape_error([&] { (void)ts::linear(x, ts::ones<float>({in})); }, "1-D weight");
+}
+
+// ---- packed weights (ops/packed_linear.hpp) --------------------------------------------------
+
+// linear with a weight packed once against the same reference as linear: sizes around the panel
+// (32 columns) and the micro-tiles, k across a cache block, few rows (B read in place) and many,
+// x contiguous, transposed or strided, one and two threads. The kernel suite runs again under
+// every instruction set the machine has, so each pass's tile width meets the panel width.
+template <class T>
+void packed_linear_suite(uint64_t seed) {
+  ts::Generator g(seed);
+  const double eps = std::numeric_limits<T>::epsilon();
+  struct dims {
+    int64_t rows, in, out;
+  };
+  const std::vector<dims> cases = {{1, 1, 1},     {1, 7, 31},   {3, 37, 32},  {16, 64, 33},
+                                   {5, 33, 150},  {70, 50, 47}, {2, 700, 65}, {49, 130, 96},
+                                   {16, 384, 97}, {1, 5, 4},    {9, 1, 80}};
+  const int saved = ts::get_num_threads();
+  for (int threads : {1, 2}) {
+    ts::set_num_threads(threads);
+    for (const dims& d : cases)
+      for (int lay = 0; lay < 3; ++lay) {
+        const std::string what = "packed linear rows " + std::to_string(d.rows) + " in " +
+                                 std::to_string(d.in) + " out " + std::to_string(d.out) +
+                                 " layout " + std::to_string(lay) + " threads " +
+                                 std::to_string(threads);
+        auto w = tt::random_tensor<T>({d.out, d.in}, g);
+        auto bias = tt::random_tensor<T>({d.out}, g);
+        auto x = tt::relayout(tt::random_tensor<T>({d.rows, d.in}, g),
+                              lay == 0   ? tt::layout::contiguous
+                              : lay == 1 ? tt::layout::transposed
+                                         : tt::layout::strided);
+        const auto packed = ts::pack_linear(w);
+        ASSERT_GT(packed.panel, 0) << what;
+        auto y = ts::linear(x, packed);
+        ASSERT_EQ(y.shape(), (ts::Shape{d.rows, d.out})) << what;
+        if (!check_values<T>(tt::to_doubles(y), linear_ref<T>(x, w, nullptr), eps, what)) return;
+        auto yb = ts::linear(x, packed, bias);
+        if (!check_values<T>(tt::to_doubles(yb), linear_ref<T>(x, w, &bias), eps, what + " bias"))
+          return;
+      }
+  }
+  ts::set_num_threads(saved);
+}
+TEST(PackedLinear, FloatMatchesTheReference) { packed_linear_suite<float>(1201); }
+TEST(PackedLinear, DoubleMatchesTheReference) { packed_linear_suite<double>(1202); }
+
+TEST(PackedLinear, LayoutAndBatchDims) {
+  ts::Generator g(1203);
+  auto w = tt::random_tensor<float>({45, 20}, g);
+  auto bias = tt::random_tensor<float>({45}, g);
+  const auto p = ts::pack_linear(w);
+  EXPECT_EQ(p.in_features, 20);
+  EXPECT_EQ(p.out_features, 45);
+  // [panels, in, panel], the columns past 45 zero.
+  const int64_t panels = (45 + p.panel - 1) / p.panel;
+  ASSERT_EQ(p.data.shape(), (ts::Shape{panels, 20, p.panel}));
+  for (int64_t j = 0; j < panels * p.panel; ++j)
+    for (int64_t i : {int64_t{0}, int64_t{7}, int64_t{19}}) {
+      const float got = p.data.at({j / p.panel, i, j % p.panel});
+      EXPECT_EQ(got, j < 45 ? w.at({j, i}) : 0.0f) << "column " << j << " row " << i;
+    }
+  // unpack_linear gives the weight back.
+  const auto back = ts::unpack_linear(p);
+  ASSERT_EQ(back.shape(), w.shape());
+  EXPECT_EQ(back.to_vector(), w.contiguous().to_vector());
+  // The packed copy does not follow later writes to the weight.
+  auto x = tt::random_tensor<float>({2, 3, 20}, g);
+  auto before = ts::linear(x, p, bias);
+  w.fill_(0.0f);
+  EXPECT_EQ(ts::linear(x, p, bias).to_vector(), before.to_vector());
+  ASSERT_EQ(before.shape(), (ts::Shape{2, 3, 45}));
+  // A 1-D x is one row.
+  auto x1 = tt::random_tensor<float>({20}, g);
+  EXPECT_EQ(ts::linear(x1, p, bias).to_vector(),
+            ts::linear(x1.reshape({1, 20}), p, bias).to_vector());
+}
+
+TEST(PackedLinear, EmptyFeaturesAndRows) {
+  auto b = ts::from_vector<double>({1, 2, 3, 4});
+  auto y = ts::linear(ts::empty<double>({3, 0}), ts::pack_linear(ts::empty<double>({4, 0})), b);
+  ASSERT_EQ(y.shape(), (ts::Shape{3, 4}));
+  EXPECT_EQ(y.to_vector(), (std::vector<double>{1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4}));
+  auto y0 = ts::linear(ts::ones<double>({3, 6}), ts::pack_linear(ts::empty<double>({0, 6})));
+  EXPECT_EQ(y0.shape(), (ts::Shape{3, 0}));
+  auto r0 = ts::linear(ts::empty<double>({2, 0, 6}), ts::pack_linear(ts::ones<double>({5, 6})));
+  EXPECT_EQ(r0.shape(), (ts::Shape{2, 0, 5}));
+}
+
+TEST(PackedLinear, Errors) {
+  const auto p = ts::pack_linear(ts::ones<float>({19, 37}));
+  auto expect_error = [](auto f, const std::string& op, const std::string& what) {
+    try {
+      f();
+      ADD_FAILURE() << what << ": no throw";
+    } catch (const ts::error& e) {
+      const std::string m = e.what();
+      EXPECT_EQ(m.rfind("tessera::" + op + ":", 0), 0u) << what << ": " << m;
+    }
+  };
+  expect_error([&] { (void)ts::linear(ts::ones<float>({2, 36}), p); }, "linear", "in mismatch");
+  expect_error(
+      [&] {
+        (void)ts::linear(ts::ones<float>({2, 37}), p, ts::ones<float>({18}));
+      },
+      "linear", "bias size");
+  expect_error([&] { (void)ts::pack_linear(ts::ones<float>({37})); }, "pack_linear", "1-D");
+  expect_error(
+      [&] {
+        (void)ts::linear(ts::ones<float>({2, 37}), ts::packed_linear<float, ts::cpu>{});
+      },
+      "linear", "empty packed weight");
+  expect_error([&] { (void)ts::unpack_linear(ts::packed_linear<float, ts::cpu>{}); },
+               "unpack_linear", "empty packed weight");
 }
 
 // ---- random shapes and layouts --------------------------------------------------------------

@@ -8,6 +8,7 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <tessera/ops/packed_linear.hpp>
 #include <vector>
 
 #include "cuda_test_util.cuh"
@@ -118,6 +119,22 @@ TYPED_TEST(CudaGemm, LinearWithBias) {
   expect_same(
       "linear", 0, 0,
       [](const auto& a, const auto& b, const auto& c) { return ts::linear(a, b, c); }, x, w, bias);
+}
+
+// A weight packed for linear: the CUDA backend keeps the plain [in, out] layout (no panels), the
+// CPU lays it out in panels; both give linear(x, w, bias) exactly on small integers.
+class CudaPackedLinear : public CudaFixture {};
+TEST_F(CudaPackedLinear, MatchesCpu) {
+  const auto packed = [](const auto& a, const auto& b, const auto& c) {
+    const auto p = ts::pack_linear(b);
+    if (ts::unpack_linear(p).to_vector() != b.contiguous().to_vector())
+      ADD_FAILURE() << "unpack_linear does not give the weight back";
+    return ts::linear(a, p, c);
+  };
+  expect_same("packed linear float", 0, 0, packed, small_ints<float>({2, 37, 50}, 31),
+              small_ints<float>({19, 50}, 32), small_ints<float>({19}, 33));
+  expect_same("packed linear double", 0, 0, packed, small_ints<double>({70, 40}, 34),
+              small_ints<double>({45, 40}, 35), small_ints<double>({45}, 36));
 }
 
 // Random normals (not small integers): the tensor-core path (16-bit inputs, float accumulation

@@ -42,7 +42,17 @@ struct gemm_problem {
   const int64_t* a_offsets = nullptr;
   const int64_t* b_offsets = nullptr;
   const int64_t* c_offsets = nullptr;
+  // B laid out in panels (a weight packed once, ops/packed_linear.hpp): when b_panel > 0, element
+  // (p, j) is b[(j / b_panel) * b_cs + p * b_rs + j % b_panel], with b_rs == b_panel, and the
+  // last panel is zero-padded to b_panel columns. Only backends with a nonzero
+  // gemm_weight_panel_v get such problems, with b_panel equal to it.
+  int64_t b_panel = 0;
 };
+
+/// Columns per panel of a weight packed for backend B's GEMM (gemm_problem::b_panel); 0 when B
+/// takes weights in their plain layout. Backends specialize it.
+template <class B>
+inline constexpr int64_t gemm_weight_panel_v = 0;
 
 /// Whether backend B's gemm_kernel takes gemm_problem<..., Acc, TC>: stores TC results itself,
 /// rounding once in its epilogue (beta reads c as TC widened to Acc). Backends specialize it for

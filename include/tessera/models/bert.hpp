@@ -24,6 +24,7 @@
 
 #include "../io/safetensors.hpp"
 #include "../ops/embedding.hpp"
+#include "../ops/packed_linear.hpp"
 #include "../ops/quant.hpp"
 #include "../tessera.hpp"
 #include "../text/wordpiece.hpp"
@@ -116,14 +117,15 @@ inline bool takes_calibration(precision p) { return p == precision::fp8 || p == 
 /// at 32 x 128 tokens.
 inline constexpr float int8_outlier_threshold = 6.0f;
 
-/// One linear layer of the encoder, in the model's precision. The float32 weight is stored
-/// transposed ([in, out] contiguous, seen as [out, in]): the GEMM then reads it in place for
-/// short inputs instead of packing all of it on every call, which at 1 x 16 tokens was a third
-/// of the time. The narrow forms are stored the same way (ops/quant.hpp).
+/// One linear layer of the encoder, in the model's precision. The float32 weight is packed once
+/// for the backend's GEMM (ops/packed_linear.hpp): the GEMM reads it in place instead of packing
+/// it on every call, and for short inputs streams it contiguously. The narrow forms are stored
+/// transposed, [in, out] contiguous (ops/quant.hpp).
 template <class B>
 struct dense {
   precision prec = precision::fp32;
-  Tensor<float, B> weight, bias;  // fp32 only
+  packed_linear<float, B> weight;  // fp32 only
+  Tensor<float, B> bias;           // fp32 only
   int8_linear_weights<B> int8;
   lowp_linear_weights<bfloat16, B> bf16;
   lowp_linear_weights<half, B> fp16;
@@ -150,8 +152,8 @@ struct dense {
         fp8 = hessian ? quantize_linear_lowp<float8_e4m3>(w, b, *hessian)
                       : quantize_linear_lowp<float8_e4m3>(w, b);
         break;
-      default:  // [out, in] as a view of the contiguous [in, out] transpose: see above
-        weight = w.transpose(0, 1).contiguous().transpose(0, 1), bias = std::move(b);
+      default:
+        weight = pack_linear(w), bias = std::move(b);
     }
   }
   Tensor<float, B> operator()(const Tensor<float, B>& x) const {
@@ -183,7 +185,7 @@ struct dense {
       case precision::fp8:
         return lowp(fp8);
       default:
-        return weight.numel() + (bias.defined() ? bias.numel() : 0);
+        return weight.in_features * weight.out_features + (bias.defined() ? bias.numel() : 0);
     }
   }
 };
@@ -414,7 +416,8 @@ class Model {
       layer<B>& l = layers_[i];
       dense<B>* ds[4] = {&l.qkv, &l.out, &l.up, &l.down};
       for (size_t which = 0; which < 4; ++which)
-        *ds[which] = dense<B>(ds[which]->weight, ds[which]->bias, p, &h[4 * i + which]);
+        *ds[which] =
+            dense<B>(unpack_linear(ds[which]->weight), ds[which]->bias, p, &h[4 * i + which]);
     }
   }
 

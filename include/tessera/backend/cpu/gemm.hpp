@@ -41,7 +41,8 @@ inline int64_t gemm_work(int64_t m, int64_t n, int64_t k) {
 /// - A: small problems (up to 128^3 multiply-adds, every operand L2-resident) of the kernel's
 ///   own type, where the packing pass would cost a large share of the time.
 /// - B: the kernel's type with contiguous rows (unit column stride), when A is read in place
-///   too or has at most 8 micro-tiles of rows (each packed B value would be used only m times).
+///   too or has at most 8 micro-tiles of rows (each packed B value would be used only m times);
+///   and always when B is already in panels (gemm_problem::b_panel): packed once, read in place.
 struct gemm_in_place {
   bool a = false, b = false;
 };
@@ -50,7 +51,8 @@ gemm_in_place gemm_operands_in_place(const gemm_problem<TA, TB, Acc>& pr) {
   gemm_in_place r;
   if constexpr (gemm_tile<Acc>::kgroup == 1) {
     r.a = std::is_same_v<TA, Acc> && gemm_work(pr.m, pr.n, pr.k) <= (int64_t{1} << 21);
-    r.b = std::is_same_v<TB, Acc> && pr.b_cs == 1 && (r.a || pr.m <= 8 * gemm_tile<Acc>::mr);
+    r.b = std::is_same_v<TB, Acc> &&
+          (pr.b_panel > 0 || (pr.b_cs == 1 && (r.a || pr.m <= 8 * gemm_tile<Acc>::mr)));
   }
   return r;
 }
@@ -124,8 +126,9 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
       for (int64_t jc = 0; jc < n; jc += nc) {
         const int64_t nb = std::min(nc, n - jc);
         const TB* b_blk = b + pc * pr.b_rs + (j_begin + jc) * pr.b_cs;
-        // Full micro-panels of B read in place; a ragged last one is packed (zero-padded).
-        const int64_t nb_direct = b_in_place ? nb / NR * NR : 0;
+        // Full micro-panels of B read in place; a ragged last one is packed (zero-padded), unless
+        // B is in panels: those are zero-padded already.
+        const int64_t nb_direct = pr.b_panel > 0 ? nb : b_in_place ? nb / NR * NR : 0;
         if constexpr (is_int8) {
           pack_b_int8<NR>(b_blk, pr.b_rs, pr.b_cs, kb, nb, bbuf, col_sum);
           constexpr int32_t za = int8_a_bias<TA>, zb = int8_b_bias<TB>;
@@ -148,8 +151,16 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
             } else {
               const Acc* b_panel = bbuf + (jr - nb_direct) * kbp;
               int64_t ldb = NR;
-              if constexpr (std::is_same_v<TB, Acc>)
-                if (jr < nb_direct) b_panel = b_blk + jr, ldb = pr.b_rs;
+              if constexpr (std::is_same_v<TB, Acc>) {
+                if (pr.b_panel > 0) {
+                  // j is a multiple of NR, and NR divides b_panel: one panel holds the strip.
+                  const int64_t j = j_begin + jc + jr;
+                  b_panel = b + (j / pr.b_panel) * pr.b_cs + pc * pr.b_rs + j % pr.b_panel;
+                  ldb = pr.b_rs;
+                } else if (jr < nb_direct) {
+                  b_panel = b_blk + jr, ldb = pr.b_rs;
+                }
+              }
               if (ir >= mb_full) {
                 with_edge_mr<Acc>(edge_mr, [&]<int E>() {
                   gemm_micro_fp<Acc, E>(kb, edge_panel, b_panel, ldb, c_tile, pr.c_rs, pr.c_cs,
@@ -280,11 +291,17 @@ int64_t gemm_padded_area(int64_t m, int64_t n) {
 template <class TA, class TB, class Acc>
 void gemm_run_cpu(const gemm_problem<TA, TB, Acc>& pr) {
   if (pr.m == 0 || pr.n == 0 || pr.batch == 0) return;
+  // B in panels is read in place by micro-panels of nr columns, which must not straddle panels.
+  if (pr.b_panel > 0 && (gemm_tile<Acc>::kgroup != 1 || pr.b_panel % gemm_tile<Acc>::nr != 0))
+    fail<backend_error>("gemm", "B is in panels of ", pr.b_panel,
+                        " columns, not a multiple of the kernel's ", gemm_tile<Acc>::nr);
   // A narrow output (n well below nr, as in a 10-class output layer) wastes most of each
   // micro-tile; its transpose C^T = B^T A^T puts the short side along mr instead. Transposing is
-  // free (strides swap); only for equal input types, so that no second kernel is instantiated.
+  // free (strides swap); only for equal input types, so that no second kernel is instantiated,
+  // and not for B in panels.
   if constexpr (std::is_same_v<TA, TB>) {
-    if (gemm_padded_area<Acc>(pr.n, pr.m) * 3 < gemm_padded_area<Acc>(pr.m, pr.n) * 2) {
+    if (pr.b_panel == 0 &&
+        gemm_padded_area<Acc>(pr.n, pr.m) * 3 < gemm_padded_area<Acc>(pr.m, pr.n) * 2) {
       gemm_problem<TA, TB, Acc> t = pr;
       t.m = pr.n, t.n = pr.m;
       t.a = pr.b, t.a_rs = pr.b_cs, t.a_cs = pr.b_rs, t.a_offsets = pr.b_offsets;

@@ -184,6 +184,20 @@ template <class Out, class... In>
 inline constexpr bool cpu_vector_types = (std::is_same_v<In, Out> && ...) &&
                                          (std::is_same_v<Out, float> ||
                                           std::is_same_v<Out, double>);
+
+/// A packed weight's panel width on the CPU: a multiple of every compiled pass's micro-tile
+/// width nr for float and double (x86-64: 32, 16, 8 and 4; NEON: 12 and 6; scalar: 4), so one
+/// layout serves whichever instruction set runs (gemm/blocking.hpp).
+#if defined(__x86_64__)
+template <>
+inline constexpr int64_t gemm_weight_panel_v<cpu> = 32;
+#elif defined(__aarch64__)
+template <>
+inline constexpr int64_t gemm_weight_panel_v<cpu> = 12;
+#else
+template <>
+inline constexpr int64_t gemm_weight_panel_v<cpu> = 4;
+#endif
 }  // namespace detail
 
 namespace backend {

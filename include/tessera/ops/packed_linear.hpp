@@ -1,0 +1,120 @@
+// tessera/ops/packed_linear.hpp - a linear layer's weight laid out once for the backend's GEMM,
+// for inference: pack_linear(w) then linear(x, packed, bias).
+//
+// linear(x, w) reads the weight in place when the batch is small. A weight row-major in [in, out]
+// then puts each of the kernel's column strips (nr columns, k rows) on k rows far apart: one
+// cache line, and a new page, per row. Packed, each strip of 32 columns lies contiguous (k x 32
+// values), as the GEMM would pack it itself for a large batch. A product of a few rows with a
+// weight that does not fit the cache then streams it about a third faster (docs/perf/bert.md).
+// Backends without a packed layout (gemm_weight_panel_v == 0, e.g. CUDA) keep the weight as the
+// contiguous transpose [in, out].
+#pragma once
+
+#include <type_traits>
+
+#include "creation.hpp"
+#include "matmul.hpp"
+
+TESSERA_BEGIN_NAMESPACE
+
+/// A [out, in] weight packed by pack_linear: data is [panels, in, panel] for a backend with
+/// panels (columns zero-padded to whole panels), else [in, out]. Inference only: no gradient
+/// flows to it, and it is a copy: later changes to the original weight do not reach it.
+template <element_type T, class B>
+struct packed_linear {
+  Tensor<T, B> data;
+  int64_t in_features = 0, out_features = 0;
+  int64_t panel = 0;  // columns per panel; 0 for the plain [in, out] layout
+};
+
+/// Packs a float or double weight [out, in] for linear(x, packed[, bias]).
+template <element_type T, class B>
+packed_linear<T, B> pack_linear(const Tensor<T, B>& w) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+                "pack_linear takes float or double weights");
+  w.check_defined("pack_linear");
+  if (w.rank() != 2)
+    detail::fail<shape_error>("pack_linear", "expects a weight [out, in], got ", w.shape());
+  packed_linear<T, B> p;
+  p.out_features = w.shape()[0], p.in_features = w.shape()[1];
+  p.panel = detail::gemm_weight_panel_v<B>;
+  const Tensor<T, B> wt = w.transpose(0, 1);  // [in, out]
+  if (p.panel == 0) {
+    p.data = wt.contiguous();
+    return p;
+  }
+  const int64_t panels = (p.out_features + p.panel - 1) / p.panel;
+  const int64_t padded = panels * p.panel;
+  // Pad the columns to whole panels, then [in, panels, panel] -> [panels, in, panel].
+  Tensor<T, B> wide = zeros<T, B>({p.in_features, padded});
+  if (p.out_features > 0) wide.slice(1, 0, p.out_features).copy_(wt);
+  p.data = wide.view({p.in_features, panels, p.panel}).transpose(0, 1).contiguous();
+  return p;
+}
+
+/// The [out, in] weight a packed one was made from (a contiguous copy).
+template <element_type T, class B>
+Tensor<T, B> unpack_linear(const packed_linear<T, B>& p) {
+  if (!p.data.defined())
+    detail::fail<error>("unpack_linear", "the packed weight is empty (make it with pack_linear)");
+  if (p.panel == 0) return p.data.transpose(0, 1).contiguous();
+  const int64_t panels = p.data.shape()[0];
+  const Tensor<T, B> wide =  // [in, panels * panel]
+      p.data.transpose(0, 1).contiguous().view({p.in_features, panels * p.panel});
+  return wide.slice(1, 0, p.out_features).transpose(0, 1).contiguous();
+}
+
+namespace detail {
+template <class T, class B>
+Tensor<T, B> packed_linear_impl(const Tensor<T, B>& x, const packed_linear<T, B>& w,
+                                const Tensor<T, B>* bias) {
+  x.check_defined("linear");
+  if (!w.data.defined())
+    fail<error>("linear", "the packed weight is empty (make it with pack_linear)");
+  if (x.rank() < 1 || x.shape()[x.rank() - 1] != w.in_features)
+    fail<shape_error>("linear", "x has shape ", x.shape(), " but the packed weight takes ",
+                      w.in_features, " features");
+  if (bias) {
+    bias->check_defined("linear");
+    if (bias->rank() != 1 || bias->shape()[0] != w.out_features)
+      fail<shape_error>("linear", "bias has shape ", bias->shape(), ", expected [", w.out_features,
+                        "]");
+  }
+  if (w.panel == 0) {  // the plain [in, out] layout: an ordinary linear on its transpose
+    const Tensor<T, B> wt = w.data.transpose(0, 1);
+    return bias ? linear_impl(x, wt, bias) : linear_impl<T, T, B, T>(x, wt, nullptr);
+  }
+  Shape out_shape;
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < x.rank(); ++d) out_shape.push_back(x.shape()[d]), rows *= x.shape()[d];
+  out_shape.push_back(w.out_features);
+  Tensor<T, B> out(out_shape);
+  if (rows == 0 || w.out_features == 0) return out;
+  const Tensor<T, B> x2 = x.reshape({rows, w.in_features});
+  Tensor<T, B> b1;
+  if (bias) b1 = bias->contiguous();
+  gemm_problem<T, T, T> pr;
+  pr.m = rows, pr.n = w.out_features, pr.k = w.in_features;
+  pr.a = x2.data(), pr.a_rs = x2.strides()[0], pr.a_cs = x2.strides()[1];
+  pr.b = w.data.data(), pr.b_rs = w.panel, pr.b_cs = w.in_features * w.panel;
+  pr.b_panel = w.panel;
+  pr.c = out.data(), pr.c_rs = w.out_features, pr.c_cs = 1;
+  if (bias) pr.bias = b1.data(), pr.bias_stride = 1, pr.bias_kind = gemm_bias::per_col;
+  backend::gemm_kernel<B>::run(pr);
+  return out;
+}
+}  // namespace detail
+
+/// x [..., in] · wᵀ + bias [out] -> [..., out], with w packed by pack_linear: the same values as
+/// linear(x, w, bias). Throws shape_error on mismatched features or bias length.
+template <element_type T, class B>
+Tensor<T, B> linear(const Tensor<T, B>& x, const packed_linear<T, B>& w, const Tensor<T, B>& bias) {
+  return detail::packed_linear_impl(x, w, &bias);
+}
+/// x [..., in] · wᵀ, with w packed by pack_linear.
+template <element_type T, class B>
+Tensor<T, B> linear(const Tensor<T, B>& x, const packed_linear<T, B>& w) {
+  return detail::packed_linear_impl<T, B>(x, w, nullptr);
+}
+
+TESSERA_END_NAMESPACE
