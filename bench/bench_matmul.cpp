@@ -12,6 +12,10 @@
 //   ml/<impl>/<m>x<k>x<n>                 MLP-like fp32 shapes; ml/<impl>/b256_32x32x32 is a batch
 //                                         of 256 small products ([256, 32, 32] tensors)
 //   lowp/tessera_{bf16,fp16,fp8,int8}/<n> low-precision inputs, float out (int32 for int8)
+//   linear_stream/<impl>/<m>x<k>x<n>      x [m, k] times one of many [k, n] weights in turn (96 MB
+//                                         in all, past any L3), as small-batch inference streams
+//                                         its weights: tessera (linear, the weight [in, out]
+//                                         row-major), tessera_packed (pack_linear), openblas
 // impl: tessera (ts::matmul(a, b, out) into a preallocated out), openblas (cblas_?gemm,
 // row-major), eigen (Maps of the same buffers, c.noalias() = a * b). Threads: ts::set_num_threads,
 // openblas_set_num_threads, Eigen::setNbThreads. The batched anchors split their loop of 256
@@ -43,6 +47,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <tessera/ops/packed_linear.hpp>
 #include <tessera/tessera.hpp>
 #include <thread>
 #include <type_traits>
@@ -369,6 +374,78 @@ void add_anchored(const std::string& group, const std::string& shape, const dims
   add<T, T>(group, "eigen", shape, d, t, iterations, eigen_impl);
 }
 
+// ---------------------------------------------------------------- weights from memory
+struct stream_problem {
+  ts::Tensor<float> x, y;
+  std::vector<ts::Tensor<float>> w;  // [k, n] row-major each
+  std::vector<ts::packed_linear<float, ts::cpu>> packed;
+};
+stream_problem& get_stream_problem(int64_t m, int64_t k, int64_t n) {
+  static std::map<std::array<int64_t, 3>, std::unique_ptr<stream_problem>> cache;
+  auto& slot = cache[{m, k, n}];
+  if (!slot) {
+    slot = std::make_unique<stream_problem>();
+    ts::Generator g(7);
+    slot->x = ts::randn<float>({m, k}, g);
+    slot->y = ts::empty<float>({m, n});
+    const int64_t count = std::max<int64_t>(4, (int64_t{96} << 20) / (k * n * 4));
+    for (int64_t i = 0; i < count; ++i) {
+      slot->w.push_back(ts::randn<float>({k, n}, g));
+      slot->packed.push_back(ts::pack_linear(slot->w.back().transpose(0, 1)));
+    }
+  }
+  return *slot;
+}
+
+void add_linear_stream(int64_t m, int64_t k, int64_t n, int t) {
+  const std::string shape = std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
+  for (const std::string impl : {"tessera", "tessera_packed", "openblas"}) {
+#ifndef TESSERA_BENCH_HAVE_OPENBLAS
+    if (impl == "openblas") continue;
+#endif
+    const std::string name =
+        "linear_stream/" + impl + "/" + shape + "/threads:" + std::to_string(t);
+    auto* b = benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
+      stream_problem& p = get_stream_problem(m, k, n);
+      settle(impl == "openblas" ? "openblas" : "tessera");
+      ts::set_num_threads(t);
+#ifdef TESSERA_BENCH_HAVE_OPENBLAS
+      openblas_set_num_threads(t);
+#endif
+      size_t next = 0;
+      auto run = [&] {
+        const size_t i = next++ % p.w.size();
+        if (impl == "tessera") {
+          p.y = ts::linear(p.x, p.w[i].transpose(0, 1));
+        } else if (impl == "tessera_packed") {
+          p.y = ts::linear(p.x, p.packed[i]);
+        } else {
+#ifdef TESSERA_BENCH_HAVE_OPENBLAS
+          blas_gemm<float>(CblasNoTrans, CblasNoTrans, m, n, k, p.x.data(), k, p.w[i].data(), n,
+                           p.y.data(), n);
+#endif
+        }
+      };
+      // Checked against the plain product before timing: a fast wrong kernel is worth nothing.
+      run();
+      const auto want = ts::matmul(p.x, p.w[0]).to_vector(), got = p.y.to_vector();
+      for (size_t j = 0; j < want.size(); ++j)
+        if (std::abs(got[j] - want[j]) > 1e-3f * (1 + std::abs(want[j]))) {
+          std::fprintf(stderr, "%s: wrong result at %zu\n", name.c_str(), j);
+          std::abort();
+        }
+      for (auto _ : st) {
+        run();
+        benchmark::ClobberMemory();
+      }
+      set_flops(st, 2.0 * static_cast<double>(m * n * k));
+      st.counters["weight GB/s"] = benchmark::Counter(static_cast<double>(k * n * 4) * 1e-9,
+                                                      benchmark::Counter::kIsIterationInvariantRate);
+    });
+    b->UseRealTime()->Unit(benchmark::kMicrosecond);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -411,6 +488,12 @@ int main(int argc, char** argv) {
       add<int8_t, int32_t>("lowp", "tessera_int8", s, d, t, 0, tessera_impl);
     }
   }
+
+  // all-MiniLM-L6-v2's linear layers at 1 x 16 tokens: the stacked q/k/v, the output, the two
+  // feed-forward products.
+  for (const auto& [k, n] : {std::pair<int64_t, int64_t>{384, 1152}, {384, 384}, {384, 1536},
+                             {1536, 384}})
+    for (int t : threads) add_linear_stream(16, k, n, t);
 
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
