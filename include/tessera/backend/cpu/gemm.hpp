@@ -295,8 +295,8 @@ void gemm_run_cpu(const gemm_problem<TA, TB, Acc>& pr) {
   // only B of the accumulation type is read in place.
   if (pr.b_panel > 0 && (!std::is_same_v<TB, Acc> || gemm_tile<Acc>::kgroup != 1 ||
                          pr.b_panel % gemm_tile<Acc>::nr != 0))
-    fail<backend_error>("gemm", "B is in panels of ", pr.b_panel, " columns of ",
-                        dtype_name<TB>, ": the kernel reads panels of ", dtype_name<Acc>,
+    fail<backend_error>("gemm", "B is in panels of ", pr.b_panel, " columns of ", dtype_name<TB>,
+                        ": the kernel reads panels of ", dtype_name<Acc>,
                         " whose width is a multiple of ", gemm_tile<Acc>::nr);
   // A narrow output (n well below nr, as in a 10-class output layer) wastes most of each
   // micro-tile; its transpose C^T = B^T A^T puts the short side along mr instead. Transposing is
