@@ -439,8 +439,8 @@ void add_linear_stream(int64_t m, int64_t k, int64_t n, int t) {
         benchmark::ClobberMemory();
       }
       set_flops(st, 2.0 * static_cast<double>(m * n * k));
-      st.counters["weight GB/s"] = benchmark::Counter(static_cast<double>(k * n * 4) * 1e-9,
-                                                      benchmark::Counter::kIsIterationInvariantRate);
+      st.counters["weight GB/s"] = benchmark::Counter(
+          static_cast<double>(k * n * 4) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
     });
     b->UseRealTime()->Unit(benchmark::kMicrosecond);
   }
@@ -491,8 +491,8 @@ int main(int argc, char** argv) {
 
   // all-MiniLM-L6-v2's linear layers at 1 x 16 tokens: the stacked q/k/v, the output, the two
   // feed-forward products.
-  for (const auto& [k, n] : {std::pair<int64_t, int64_t>{384, 1152}, {384, 384}, {384, 1536},
-                             {1536, 384}})
+  for (const auto& [k, n] :
+       {std::pair<int64_t, int64_t>{384, 1152}, {384, 384}, {384, 1536}, {1536, 384}})
     for (int t : threads) add_linear_stream(16, k, n, t);
 
   benchmark::RunSpecifiedBenchmarks();

@@ -1191,6 +1191,10 @@ TEST(PackedLinear, LayoutAndBatchDims) {
   w.fill_(0.0f);
   EXPECT_EQ(ts::linear(x, p, bias).to_vector(), before.to_vector());
   ASSERT_EQ(before.shape(), (ts::Shape{2, 3, 45}));
+  // A strided bias is read in place, to the same values.
+  auto strided_bias = tt::relayout(bias, tt::layout::strided);
+  ASSERT_NE(strided_bias.strides()[0], 1);
+  EXPECT_EQ(ts::linear(x, p, strided_bias).to_vector(), before.to_vector());
   // A 1-D x is one row.
   auto x1 = tt::random_tensor<float>({20}, g);
   EXPECT_EQ(ts::linear(x1, p, bias).to_vector(),

@@ -91,15 +91,16 @@ Tensor<T, B> packed_linear_impl(const Tensor<T, B>& x, const packed_linear<T, B>
   Tensor<T, B> out(out_shape);
   if (rows == 0 || w.out_features == 0) return out;
   const Tensor<T, B> x2 = x.reshape({rows, w.in_features});
-  Tensor<T, B> b1;
-  if (bias) b1 = bias->contiguous();
   gemm_problem<T, T, T> pr;
   pr.m = rows, pr.n = w.out_features, pr.k = w.in_features;
   pr.a = x2.data(), pr.a_rs = x2.strides()[0], pr.a_cs = x2.strides()[1];
   pr.b = w.data.data(), pr.b_rs = w.panel, pr.b_cs = w.in_features * w.panel;
   pr.b_panel = w.panel;
   pr.c = out.data(), pr.c_rs = w.out_features, pr.c_cs = 1;
-  if (bias) pr.bias = b1.data(), pr.bias_stride = 1, pr.bias_kind = gemm_bias::per_col;
+  if (bias) {  // any stride: the GEMM reads the bias in place, as gemm_into passes it
+    pr.bias = bias->data(), pr.bias_stride = bias->strides()[0];
+    pr.bias_kind = gemm_bias::per_col;
+  }
   backend::gemm_kernel<B>::run(pr);
   return out;
 }
