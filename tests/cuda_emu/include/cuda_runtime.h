@@ -97,6 +97,7 @@
 #endif
 #endif
 #if defined(TESSERA_CUDA_EMU_ASAN)
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 
@@ -173,7 +174,7 @@ typedef struct CUstream_st* cudaStream_t;
 namespace tessera_cuda_emulation {
 
 inline constexpr int sm_count = 2;
-inline constexpr size_t memory_bytes = size_t{4} << 30;
+inline constexpr size_t memory_bytes = size_t{1} << 30;  // the OOM test fills most of it
 inline constexpr size_t fiber_stack_bytes = size_t{256} << 10;
 
 /// The runtime's error slot of the calling host thread (cudaGetLastError reads and clears it).
@@ -253,8 +254,77 @@ struct async_groups {
   }
 };
 
+// A fiber's saved execution context, and the switch between two. glibc's swapcontext makes a
+// system call (sigprocmask) on every switch, and a kernel switches fibers at every barrier of
+// every thread: on x86-64 the switch saves only what the ABI says a call preserves (callee-saved
+// registers, the SSE and x87 control words) on the stack it leaves, about 20 instructions and no
+// system call. Other targets keep ucontext.
+#if defined(__x86_64__) && defined(__GNUC__)
+struct context {
+  void* sp = nullptr;  // the suspended stack, its saved registers on top
+};
+
+/// Saves the running context in *save and resumes *to; returns when something resumes *save.
+[[gnu::naked, gnu::noinline]] inline void switch_context(context* /*save: rdi*/,
+                                                         context* /*to: rsi*/) {
+  asm(R"(
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq (%rsi), %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+  )");
+}
+
+/// A context that, once resumed, calls entry() on the given stack; entry must never return.
+inline void make_context(context& c, char* stack, size_t bytes, void (*entry)()) {
+#if defined(TESSERA_CUDA_EMU_ASAN)
+  // A fiber that ended left its frames (and their poisoned redzones) on the stack it reuses.
+  __asan_unpoison_memory_region(stack, bytes);
+#endif
+  auto** sp = reinterpret_cast<void**>(reinterpret_cast<uintptr_t>(stack + bytes) & ~uintptr_t{15});
+  *--sp = nullptr;                        // entry's return address: none (ends backtraces)
+  *--sp = reinterpret_cast<void*>(entry);  // where switch_context's ret goes
+  for (int i = 0; i < 6; ++i) *--sp = nullptr;  // rbp rbx r12-r15
+  // The SSE and x87 control words (rounding, exceptions masked) the fiber starts with: ours.
+  uint16_t x87 = 0;
+  asm("fnstcw %0" : "=m"(x87));
+  const uint32_t control[2] = {__builtin_ia32_stmxcsr(), x87};
+  std::memcpy(--sp, control, sizeof control);
+  c.sp = sp;
+}
+#else
+struct context {
+  ucontext_t uc;
+};
+inline void switch_context(context* save, context* to) { swapcontext(&save->uc, &to->uc); }
+inline void make_context(context& c, char* stack, size_t bytes, void (*entry)()) {
+  getcontext(&c.uc);
+  c.uc.uc_stack.ss_sp = stack;
+  c.uc.uc_stack.ss_size = bytes;
+  c.uc.uc_link = nullptr;
+  makecontext(&c.uc, entry, 0);
+}
+#endif
+
 struct fiber {
-  ucontext_t ctx;
+  context ctx;
   std::unique_ptr<char[]> stack;
   enum { ready, waiting, polling, done } state = ready;
   const char* barrier_file = nullptr;  // where it waits (a __syncthreads, or an mbarrier)
@@ -285,7 +355,7 @@ inline constexpr size_t warp_slot_bytes = 64;
 struct block_run {
   std::vector<fiber>* fibers = nullptr;
   fiber* current = nullptr;
-  ucontext_t scheduler;
+  context scheduler;
   const std::function<void()>* body = nullptr;
   void* scheduler_fake_stack = nullptr;
   const void* scheduler_stack = nullptr;
@@ -331,7 +401,8 @@ inline void fiber_main() {
   }
   r.current->state = fiber::done;
   asan_enter(nullptr, r.scheduler_stack, r.scheduler_stack_bytes);
-  // returning resumes uc_link: the scheduler
+  switch_context(&r.current->ctx, &r.scheduler);  // for good: a done fiber is never resumed
+  std::abort();
 }
 
 /// Parks the running thread of block r in `state` (waiting at a __syncthreads, or polling an
@@ -342,7 +413,7 @@ inline void park(block_run& r, decltype(fiber::state) state, const char* file, i
   f.barrier_file = file;
   f.barrier_line = line;
   asan_enter(&f.asan_fake_stack, r.scheduler_stack, r.scheduler_stack_bytes);
-  swapcontext(&f.ctx, &r.scheduler);
+  switch_context(&f.ctx, &r.scheduler);
   asan_entered(f.asan_fake_stack, &r.scheduler_stack, &r.scheduler_stack_bytes);
 }
 
@@ -357,15 +428,11 @@ inline void sync_threads(const char* file, int line) {
   park(*r, fiber::waiting, file, line);
 }
 
-// getcontext and swapcontext return twice: they live in these small functions so that the
-// scheduler's loop variables are not at risk of being clobbered.
-[[gnu::noinline]] inline void prepare_fiber(fiber& f, block_run& r) {
+// A context switch returns when another switches back: the switches live in these small functions
+// so that the scheduler's loop variables are not at risk of being clobbered (ucontext).
+[[gnu::noinline]] inline void prepare_fiber(fiber& f) {
   if (!f.stack) f.stack.reset(new char[fiber_stack_bytes]);
-  getcontext(&f.ctx);
-  f.ctx.uc_stack.ss_sp = f.stack.get();
-  f.ctx.uc_stack.ss_size = fiber_stack_bytes;
-  f.ctx.uc_link = &r.scheduler;
-  makecontext(&f.ctx, fiber_main, 0);
+  make_context(f.ctx, f.stack.get(), fiber_stack_bytes, fiber_main);
   f.state = fiber::ready;
   f.copies.clear();
   f.wgmma.clear();
@@ -376,7 +443,7 @@ inline void sync_threads(const char* file, int line) {
 [[gnu::noinline]] inline void resume_fiber(fiber& f, block_run& r) {
   r.current = &f;
   asan_enter(&r.scheduler_fake_stack, f.stack.get(), fiber_stack_bytes);
-  swapcontext(&r.scheduler, &f.ctx);
+  switch_context(&r.scheduler, &f.ctx);
   asan_entered(r.scheduler_fake_stack, nullptr, nullptr);
 }
 
@@ -759,7 +826,7 @@ inline void run_launch(const char* what, dim3 grid, dim3 block, const std::funct
     r.barriers.clear();
     for (size_t i = 0; i < n; ++i) {
       fiber& f = fibers[i];
-      prepare_fiber(f, r);
+      prepare_fiber(f);
     }
     for (uint64_t interval = 0;; ++interval) {
       const bool backwards =

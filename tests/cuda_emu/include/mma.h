@@ -133,24 +133,25 @@ void mma_sync(fragment<accumulator, M, N, K, Acc>& d, const fragment<matrix_a, M
               const fragment<accumulator, M, N, K, Acc>& c) {
   static_assert(std::is_same_v<Acc, int> == emu::is_int8<T>, "int8 inputs accumulate in int");
   static_assert(std::is_same_v<T, precision::tf32> == (K == 8), "tf32 tiles are 16 x 16 x 8");
-  emu::value_t<Acc> out[M * N];
+  const auto tf32_or_value = [](auto x) {
+    if constexpr (std::is_same_v<T, precision::tf32>)
+      return emu::tf32_operand(x);
+    else
+      return x;
+  };
+  // Each output adds its K products to c in k order. The operands are read as the tensor cores
+  // read them once, and the column loop is innermost, so the host compiler vectorises it.
+  using A = emu::value_t<T>;
+  A av[M * K], bv[K * N];
+  for (int i = 0; i < M * K; ++i) av[i] = tf32_or_value(a.x[i]);
+  for (int i = 0; i < K * N; ++i) bv[i] = tf32_or_value(b.x[i]);
+  // Integers sum in uint32, wrapping like the hardware.
+  using S = std::conditional_t<std::is_same_v<Acc, int>, uint32_t, float>;
+  S out[M * N];
+  for (int i = 0; i < M * N; ++i) out[i] = static_cast<S>(c.x[i]);
   for (int i = 0; i < M; ++i)
-    for (int j = 0; j < N; ++j) {
-      if constexpr (std::is_same_v<Acc, int>) {
-        uint32_t s = static_cast<uint32_t>(c.x[i * N + j]);  // wraps like the hardware
-        for (int k = 0; k < K; ++k) s += static_cast<uint32_t>(a.x[i * K + k] * b.x[k * N + j]);
-        out[i * N + j] = static_cast<int32_t>(s);
-      } else {
-        float s = c.x[i * N + j];
-        for (int k = 0; k < K; ++k) {
-          float av = a.x[i * K + k], bv = b.x[k * N + j];
-          if constexpr (std::is_same_v<T, precision::tf32>)
-            av = emu::tf32_operand(av), bv = emu::tf32_operand(bv);
-          s += av * bv;
-        }
-        out[i * N + j] = s;
-      }
-    }
+    for (int k = 0; k < K; ++k)
+      for (int j = 0; j < N; ++j) out[i * N + j] += static_cast<S>(av[i * K + k] * bv[k * N + j]);
   std::memcpy(d.x, out, sizeof out);
 }
 
@@ -347,15 +348,22 @@ void wgmma_m64nN_now(D* d, int n, uint64_t desc_a, uint64_t desc_b, bool trans_a
     std::abort();
   }
   const int l = static_cast<int>(threadIdx.x % 128), w = l / 32, g = l % 32 / 4, t = l % 4;
-  for (int j = 0; j < n / 8; ++j)
+  // The thread's two rows of A, read once; then its two columns of B in each 8-column group.
+  using value = decltype(element(da, 0, 0, false));
+  value a[2][K], b[2][K];
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < K; ++k) a[h][k] = element(da, 16 * w + g + 8 * h, k, trans_a);
+  for (int j = 0; j < n / 8; ++j) {
+    for (int c = 0; c < 2; ++c)
+      for (int k = 0; k < K; ++k) b[c][k] = element(db, 8 * j + 2 * t + c, k, trans_b);
     for (int r = 0; r < 4; ++r) {
-      const int row = 16 * w + g + (r >= 2 ? 8 : 0), col = 8 * j + 2 * t + r % 2;
       // Integers sum in uint32 (wrapping as on a GPU), the others in float.
       std::conditional_t<integers, uint32_t, float> s = static_cast<decltype(s)>(d[4 * j + r]);
       for (int k = 0; k < K; ++k)
-        s += static_cast<decltype(s)>(element(da, row, k, trans_a) * element(db, col, k, trans_b));
+        s += static_cast<decltype(s)>(a[r / 2][k] * b[r % 2][k]);
       d[4 * j + r] = static_cast<D>(s);
     }
+  }
 }
 
 template <class In, class D>
