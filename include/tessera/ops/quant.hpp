@@ -26,6 +26,9 @@
 TESSERA_BEGIN_NAMESPACE
 namespace detail {
 
+/// norm's p for the largest magnitude: one pass, without a tensor of magnitudes.
+inline constexpr double inf_norm = std::numeric_limits<double>::infinity();
+
 /// The symmetric step of a row whose largest magnitude is m: m / 127 (int8's range is used as
 /// [-127, 127], so that negation stays in range).
 struct int8_step {
@@ -72,14 +75,14 @@ struct scale_add_bias {
 /// The int8 step of each row of x (its largest magnitude / 127), keeping the last dim as 1.
 template <class B>
 Tensor<float, B> int8_row_steps(const Tensor<float, B>& x) {
-  return map(int8_step{}, max(abs(x), {x.rank() - 1}, true));
+  return map(int8_step{}, norm(x, inf_norm, {x.rank() - 1}, true));
 }
 
 /// The per-channel scale of 8-bit float weights [out, in] (float8_scale of each row), [out].
 template <class T, class B>
 Tensor<float, B> float8_row_scales(const Tensor<float, B>& weight) {
   return map(float8_scale{static_cast<float>(std::numeric_limits<T>::max())},
-             max(abs(weight), {1}));
+             norm(weight, inf_norm, {1}));
 }
 
 /// Checks a float linear layer (weight [out, in], bias [out] or undefined) for quantization.
@@ -233,7 +236,8 @@ Tensor<float, B> int8_linear(const Tensor<float, B>& x, const int8_linear_weight
   if (out_shape.numel() == 0) return Tensor<float, B>(out_shape);
   std::vector<int64_t> outliers;
   if (w.outlier_threshold > 0) {
-    const std::vector<float> largest = max(abs(x2), {0}).template to<cpu>().to_vector();
+    const std::vector<float> largest =
+        norm(x2, detail::inf_norm, {0}).template to<cpu>().to_vector();
     for (size_t i = 0; i < largest.size(); ++i)
       if (largest[i] > w.outlier_threshold) outliers.push_back(static_cast<int64_t>(i));
   }
