@@ -299,8 +299,8 @@ inline void make_context(context& c, char* stack, size_t bytes, void (*entry)())
   __asan_unpoison_memory_region(stack, bytes);
 #endif
   auto** sp = reinterpret_cast<void**>(reinterpret_cast<uintptr_t>(stack + bytes) & ~uintptr_t{15});
-  *--sp = nullptr;                        // entry's return address: none (ends backtraces)
-  *--sp = reinterpret_cast<void*>(entry);  // where switch_context's ret goes
+  *--sp = nullptr;                              // entry's return address: none (ends backtraces)
+  *--sp = reinterpret_cast<void*>(entry);       // where switch_context's ret goes
   for (int i = 0; i < 6; ++i) *--sp = nullptr;  // rbp rbx r12-r15
   // The SSE and x87 control words (rounding, exceptions masked) the fiber starts with: ours.
   uint16_t x87 = 0;

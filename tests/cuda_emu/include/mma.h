@@ -359,8 +359,7 @@ void wgmma_m64nN_now(D* d, int n, uint64_t desc_a, uint64_t desc_b, bool trans_a
     for (int r = 0; r < 4; ++r) {
       // Integers sum in uint32 (wrapping as on a GPU), the others in float.
       std::conditional_t<integers, uint32_t, float> s = static_cast<decltype(s)>(d[4 * j + r]);
-      for (int k = 0; k < K; ++k)
-        s += static_cast<decltype(s)>(a[r / 2][k] * b[r % 2][k]);
+      for (int k = 0; k < K; ++k) s += static_cast<decltype(s)>(a[r / 2][k] * b[r % 2][k]);
       d[4 * j + r] = static_cast<D>(s);
     }
   }
