@@ -1201,6 +1201,56 @@ TEST(PackedLinear, LayoutAndBatchDims) {
             ts::linear(x1.reshape({1, 20}), p, bias).to_vector());
 }
 
+// int8 weights in panels (four input features of a column together, with column sums): the
+// int8 GEMM reads them in place and applies the sums' correction once, in the first k block.
+// Exact against the int8 matmul, for k past one block (2100), k and out not multiples of the
+// tile, any A layout, with and without a bias, on one and two threads.
+TEST(PackedLinear, Int8PanelsMatchTheInt8Product) {
+  ts::Generator g(1204);
+  struct dims {
+    int64_t rows, in, out;
+  };
+  const std::vector<dims> cases = {{1, 1, 1},    {1, 7, 31},   {3, 37, 32},   {16, 64, 33},
+                                   {5, 33, 150}, {70, 50, 47}, {2, 2100, 65}, {16, 384, 97},
+                                   {9, 3, 80},   {130, 5, 40}};
+  const int saved = ts::get_num_threads();
+  for (int threads : {1, 2}) {
+    ts::set_num_threads(threads);
+    for (const dims& d : cases)
+      for (int lay = 0; lay < 3; ++lay) {
+        const std::string what = "int8 panels rows " + std::to_string(d.rows) + " in " +
+                                 std::to_string(d.in) + " out " + std::to_string(d.out) +
+                                 " layout " + std::to_string(lay) + " threads " +
+                                 std::to_string(threads);
+        const auto w = full_range<int8_t>({d.out, d.in}, g);
+        const auto x = int_operand<int8_t>(d.rows, d.in, lay, g);
+        const auto bias = ts::randint<int32_t>(-1000, 1000, {d.out}, g);
+        const auto p = ts::pack_linear(w);
+        ASSERT_GT(p.panel, 0) << what;
+        const int64_t panels = (d.out + p.panel - 1) / p.panel;
+        ASSERT_EQ(p.data.shape(), (ts::Shape{panels, (d.in + 3) / 4, p.panel, 4})) << what;
+        ASSERT_EQ(p.col_sums.shape(), (ts::Shape{panels * p.panel})) << what;
+        const auto want = ts::matmul(x, w.transpose(0, 1));
+        const auto got = ts::detail::panel_product<int32_t>(x, p, nullptr);
+        ASSERT_EQ(got.shape(), want.shape()) << what;
+        ASSERT_EQ(got.to_vector(), want.to_vector()) << what;
+        ASSERT_EQ(ts::detail::panel_product<int32_t>(x, p, &bias).to_vector(),
+                  (want + bias).to_vector())
+            << what << " bias";
+        ASSERT_EQ(ts::unpack_linear(p).to_vector(), w.to_vector()) << what;
+        // A few input features' weights without unpacking: rows of the [in, out] transpose.
+        const std::vector<int64_t> features = {d.in - 1, 0, d.in / 2};
+        const auto rows = ts::detail::packed_feature_rows(p, features);
+        ASSERT_EQ(rows.shape(), (ts::Shape{3, d.out})) << what;
+        for (int64_t r = 0; r < 3; ++r)
+          ASSERT_EQ(rows.select(0, r).to_vector(),
+                    w.select(1, features[static_cast<size_t>(r)]).to_vector())
+              << what << " feature " << features[static_cast<size_t>(r)];
+      }
+  }
+  ts::set_num_threads(saved);
+}
+
 TEST(PackedLinear, EmptyFeaturesAndRows) {
   auto b = ts::from_vector<double>({1, 2, 3, 4});
   auto y = ts::linear(ts::empty<double>({3, 0}), ts::pack_linear(ts::empty<double>({4, 0})), b);
@@ -1250,6 +1300,14 @@ TEST(PackedLinear, Errors) {
   p33.b = b32.data(), p33.b_rs = 33, p33.b_cs = 8 * 33, p33.b_panel = 33;
   p33.c = c.data(), p33.c_rs = 33, p33.c_cs = 1;
   expect_error([&] { ts::backend::gemm_kernel<ts::cpu>::run(p33); }, "gemm", "panel of 33");
+  // int8 panels need their column sums.
+  std::vector<int8_t> a8(8), b8(8 * 32);
+  std::vector<int32_t> c8(32);
+  ts::detail::gemm_problem<int8_t, int8_t, int32_t> pi8;
+  pi8.m = 1, pi8.n = 32, pi8.k = 8, pi8.a = a8.data(), pi8.a_rs = 8, pi8.a_cs = 1;
+  pi8.b = b8.data(), pi8.b_rs = 4 * 32, pi8.b_cs = 8 * 32, pi8.b_panel = 32;
+  pi8.c = c8.data(), pi8.c_rs = 32, pi8.c_cs = 1;
+  expect_error([&] { ts::backend::gemm_kernel<ts::cpu>::run(pi8); }, "gemm", "int8 without sums");
 }
 
 // ---- random shapes and layouts --------------------------------------------------------------

@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 #include <tessera/ops/packed_linear.hpp>
+#include <tessera/ops/quant.hpp>
 #include <vector>
 
 #include "cuda_test_util.cuh"
@@ -135,6 +136,23 @@ TEST_F(CudaPackedLinear, MatchesCpu) {
               small_ints<float>({19, 50}, 32), small_ints<float>({19}, 33));
   expect_same("packed linear double", 0, 0, packed, small_ints<double>({70, 40}, 34),
               small_ints<double>({45, 40}, 35), small_ints<double>({45}, 36));
+}
+
+// int8 dynamic quantization on CUDA tensors, plain and packed (the CUDA backend keeps the
+// values as the [in, out] transpose), with outlier features: the int8 sums are exact, the
+// scaling back and the outliers' float product round as the CPU's within a few ulps.
+TEST_F(CudaPackedLinear, Int8LinearMatchesCpu) {
+  ts::Generator g(37);
+  auto x = ts::rand<float>({2, 9, 45}, g, -1, 1);
+  x.slice(2, 4, 5).copy_(x.slice(2, 4, 5) * 25.0f);  // an outlier feature
+  const auto w = ts::rand<float>({37, 45}, g, -1, 1), b = ts::rand<float>({37}, g, -1, 1);
+  for (const bool packed : {false, true}) {
+    const auto run = [packed](const auto& xs, const auto& ws, const auto& bs) {
+      auto q = ts::quantize_linear_int8(ws, bs, 6.0f);
+      return ts::int8_linear(xs, packed ? ts::pack_linear(q) : q);
+    };
+    expect_same(packed ? "int8_linear packed" : "int8_linear", 1e-5, 1e-5, run, x, w, b);
+  }
 }
 
 // Random normals (not small integers): the tensor-core path (16-bit inputs, float accumulation

@@ -46,7 +46,12 @@ struct gemm_problem {
   // (p, j) is b[(j / b_panel) * b_cs + p * b_rs + j % b_panel], with b_rs == b_panel, and the
   // last panel is zero-padded to b_panel columns. Only backends with a nonzero
   // gemm_weight_panel_v get such problems, with b_panel equal to it.
+  // 8-bit integer B (int8_t) in panels keeps four k values of a column together, as the
+  // dot-product instructions read them: element (p, j) is b[(j / b_panel) * b_cs + (p / 4) * b_rs
+  // + (j % b_panel) * 4 + p % 4], with b_rs == 4 * b_panel, k zero-padded to a multiple of 4, and
+  // b_col_sums[j] the sum over k of column j (b_panel-padded length), computed once with them.
   int64_t b_panel = 0;
+  const int32_t* b_col_sums = nullptr;
 };
 
 /// Columns per panel of a weight packed for backend B's GEMM (gemm_problem::b_panel); 0 when B

@@ -117,10 +117,10 @@ inline bool takes_calibration(precision p) { return p == precision::fp8 || p == 
 /// at 32 x 128 tokens.
 inline constexpr float int8_outlier_threshold = 6.0f;
 
-/// One linear layer of the encoder, in the model's precision. The float32 weight is packed once
-/// for the backend's GEMM (ops/packed_linear.hpp): the GEMM reads it in place instead of packing
-/// it on every call, and for short inputs streams it contiguously. The narrow forms are stored
-/// transposed, [in, out] contiguous (ops/quant.hpp).
+/// One linear layer of the encoder, in the model's precision. The float32 and int8 weights are
+/// packed once for the backend's GEMM (ops/packed_linear.hpp): the GEMM reads them in place
+/// instead of packing them on every call, and for short inputs streams them contiguously. The
+/// narrow float forms are stored transposed, [in, out] contiguous (ops/quant.hpp).
 template <class B>
 struct dense {
   precision prec = precision::fp32;
@@ -139,8 +139,8 @@ struct dense {
       : prec(p) {
     switch (p) {
       case precision::int8:
-        int8 = hessian ? quantize_linear_int8(w, b, int8_outlier_threshold, *hessian)
-                       : quantize_linear_int8(w, b, int8_outlier_threshold);
+        int8 = pack_linear(hessian ? quantize_linear_int8(w, b, int8_outlier_threshold, *hessian)
+                                   : quantize_linear_int8(w, b, int8_outlier_threshold));
         break;
       case precision::bf16:
         bf16 = quantize_linear_lowp<bfloat16>(w, b);
@@ -177,7 +177,7 @@ struct dense {
     };
     switch (prec) {
       case precision::int8:
-        return int8.weight.values.numel() + int8.bias.numel();
+        return int8.in_features * int8.out_features + int8.bias.numel();
       case precision::bf16:
         return lowp(bf16);
       case precision::fp16:

@@ -7,31 +7,41 @@
 // values), as the GEMM would pack it itself for a large batch. A product of a few rows with a
 // weight that does not fit the cache then streams it about a third faster (docs/perf/bert.md).
 // Backends without a packed layout (gemm_weight_panel_v == 0, e.g. CUDA) keep the weight as the
-// contiguous transpose [in, out].
+// contiguous transpose [in, out]. int8 weights (ops/quant.hpp) pack the same way, with four
+// input features of a column together as the int8 GEMM reads them, and their column sums.
 #pragma once
 
+#include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "creation.hpp"
+#include "embedding.hpp"
 #include "matmul.hpp"
+#include "reduce.hpp"
 
 TESSERA_BEGIN_NAMESPACE
 
 /// A [out, in] weight packed by pack_linear: data is [panels, in, panel] for a backend with
-/// panels (columns zero-padded to whole panels), else [in, out]. Inference only: no gradient
-/// flows to it, and it is a copy: later changes to the original weight do not reach it.
+/// panels (columns zero-padded to whole panels), else [in, out]. int8 panels are
+/// [panels, in / 4, panel, 4] (in zero-padded to a multiple of 4: the four values of a column
+/// at in-features 4g..4g+3 lie together), with col_sums [panels * panel], each column's sum over
+/// in. Inference only: no gradient flows to it, and it is a copy: later changes to the original
+/// weight do not reach it.
 template <element_type T, class B>
 struct packed_linear {
   Tensor<T, B> data;
   int64_t in_features = 0, out_features = 0;
-  int64_t panel = 0;  // columns per panel; 0 for the plain [in, out] layout
+  int64_t panel = 0;            // columns per panel; 0 for the plain [in, out] layout
+  Tensor<int32_t, B> col_sums;  // int8 panels only
 };
 
-/// Packs a float or double weight [out, in] for linear(x, packed[, bias]).
+/// Packs a float, double or int8 weight [out, in] for linear(x, packed[, bias]) (float, double)
+/// or int8_linear (ops/quant.hpp).
 template <element_type T, class B>
 packed_linear<T, B> pack_linear(const Tensor<T, B>& w) {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
-                "pack_linear takes float or double weights");
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int8_t>,
+                "pack_linear takes float, double or int8 weights");
   w.check_defined("pack_linear");
   if (w.rank() != 2)
     detail::fail<shape_error>("pack_linear", "expects a weight [out, in], got ", w.shape());
@@ -45,6 +55,16 @@ packed_linear<T, B> pack_linear(const Tensor<T, B>& w) {
   }
   const int64_t panels = (p.out_features + p.panel - 1) / p.panel;
   const int64_t padded = panels * p.panel;
+  if constexpr (std::is_same_v<T, int8_t>) {
+    // Pad to [in4, padded], then [in4 / 4, 4, panels, panel] -> [panels, in4 / 4, panel, 4].
+    const int64_t in4 = (p.in_features + 3) / 4 * 4;
+    Tensor<T, B> wide = zeros<T, B>({in4, padded});
+    if (p.out_features > 0 && p.in_features > 0)
+      wide.slice(0, 0, p.in_features).slice(1, 0, p.out_features).copy_(wt);
+    p.data = wide.view({in4 / 4, 4, panels, p.panel}).permute({2, 0, 3, 1}).contiguous();
+    p.col_sums = sum(wide, {0}).template astype<int32_t>();
+    return p;
+  }
   // Pad the columns to whole panels, then [in, panels, panel] -> [panels, in, panel].
   Tensor<T, B> wide = zeros<T, B>({p.in_features, padded});
   if (p.out_features > 0) wide.slice(1, 0, p.out_features).copy_(wt);
@@ -59,12 +79,67 @@ Tensor<T, B> unpack_linear(const packed_linear<T, B>& p) {
     detail::fail<error>("unpack_linear", "the packed weight is empty (make it with pack_linear)");
   if (p.panel == 0) return p.data.transpose(0, 1).contiguous();
   const int64_t panels = p.data.shape()[0];
+  if constexpr (std::is_same_v<T, int8_t>) {
+    const int64_t in4 = p.data.shape()[1] * 4;
+    const Tensor<T, B> wide =  // [in4, panels * panel]
+        p.data.permute({1, 3, 0, 2}).contiguous().view({in4, panels * p.panel});
+    return wide.slice(0, 0, p.in_features).slice(1, 0, p.out_features).transpose(0, 1).contiguous();
+  }
   const Tensor<T, B> wide =  // [in, panels * panel]
       p.data.transpose(0, 1).contiguous().view({p.in_features, panels * p.panel});
   return wide.slice(1, 0, p.out_features).transpose(0, 1).contiguous();
 }
 
 namespace detail {
+/// Columns `features` of a packed [out, in] weight (rows of its [in, out] transpose), as a
+/// [features.size(), out] tensor: what a product needs of a few input features (int8_linear's
+/// outliers) without unpacking the rest.
+template <class T, class B>
+Tensor<T, B> packed_feature_rows(const packed_linear<T, B>& p,
+                                 const std::vector<int64_t>& features) {
+  const auto count = static_cast<int64_t>(features.size());
+  if (p.panel == 0) return embedding(p.data, from_vector<int64_t, B>(features));
+  const int64_t panels = p.data.shape()[0];
+  Tensor<T, B> rows({count, panels * p.panel});
+  for (int64_t r = 0; r < count; ++r) {
+    const int64_t f = features[static_cast<size_t>(r)];
+    Tensor<T, B> values;  // [panels, panel]: feature f's value in each column of each panel
+    if constexpr (std::is_same_v<T, int8_t>)
+      values = p.data.select(1, f / 4).select(2, f % 4);
+    else
+      values = p.data.select(1, f);
+    rows.select(0, r).view({panels, p.panel}).copy_(values);
+  }
+  return rows.slice(1, 0, p.out_features);
+}
+
+/// x2 [rows, in] times a weight in panels (plus bias [out] along the columns when not null):
+/// one GEMM that reads the panels in place, into a new [rows, out] tensor of the accumulation
+/// type (int32 for int8).
+template <class Acc, class T, class B>
+Tensor<Acc, B> panel_product(const Tensor<T, B>& x2, const packed_linear<T, B>& w,
+                             const std::type_identity_t<Tensor<Acc, B>>* bias) {
+  Tensor<Acc, B> out({x2.shape()[0], w.out_features});
+  if (out.numel() == 0) return out;
+  gemm_problem<T, T, Acc> pr;
+  pr.m = x2.shape()[0], pr.n = w.out_features, pr.k = w.in_features;
+  pr.a = x2.data(), pr.a_rs = x2.strides()[0], pr.a_cs = x2.strides()[1];
+  pr.b = w.data.data(), pr.b_panel = w.panel;
+  if constexpr (std::is_same_v<T, int8_t>) {
+    pr.b_rs = 4 * w.panel, pr.b_cs = w.data.shape()[1] * 4 * w.panel;
+    pr.b_col_sums = w.col_sums.data();
+  } else {
+    pr.b_rs = w.panel, pr.b_cs = w.in_features * w.panel;
+  }
+  pr.c = out.data(), pr.c_rs = w.out_features, pr.c_cs = 1;
+  if (bias) {  // any stride: the GEMM reads the bias in place, as gemm_into passes it
+    pr.bias = bias->data(), pr.bias_stride = bias->strides()[0];
+    pr.bias_kind = gemm_bias::per_col;
+  }
+  backend::gemm_kernel<B>::run(pr);
+  return out;
+}
+
 template <class T, class B>
 Tensor<T, B> packed_linear_impl(const Tensor<T, B>& x, const packed_linear<T, B>& w,
                                 const Tensor<T, B>* bias) {
@@ -88,21 +163,8 @@ Tensor<T, B> packed_linear_impl(const Tensor<T, B>& x, const packed_linear<T, B>
   int64_t rows = 1;
   for (int d = 0; d + 1 < x.rank(); ++d) out_shape.push_back(x.shape()[d]), rows *= x.shape()[d];
   out_shape.push_back(w.out_features);
-  Tensor<T, B> out(out_shape);
-  if (rows == 0 || w.out_features == 0) return out;
-  const Tensor<T, B> x2 = x.reshape({rows, w.in_features});
-  gemm_problem<T, T, T> pr;
-  pr.m = rows, pr.n = w.out_features, pr.k = w.in_features;
-  pr.a = x2.data(), pr.a_rs = x2.strides()[0], pr.a_cs = x2.strides()[1];
-  pr.b = w.data.data(), pr.b_rs = w.panel, pr.b_cs = w.in_features * w.panel;
-  pr.b_panel = w.panel;
-  pr.c = out.data(), pr.c_rs = w.out_features, pr.c_cs = 1;
-  if (bias) {  // any stride: the GEMM reads the bias in place, as gemm_into passes it
-    pr.bias = bias->data(), pr.bias_stride = bias->strides()[0];
-    pr.bias_kind = gemm_bias::per_col;
-  }
-  backend::gemm_kernel<B>::run(pr);
-  return out;
+  if (rows == 0 || w.out_features == 0) return Tensor<T, B>(out_shape);
+  return panel_product<T>(x.reshape({rows, w.in_features}), w, bias).reshape(out_shape.span());
 }
 }  // namespace detail
 

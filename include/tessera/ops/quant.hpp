@@ -21,6 +21,7 @@
 #include "embedding.hpp"
 #include "gptq.hpp"
 #include "matmul.hpp"
+#include "packed_linear.hpp"
 #include "reduce.hpp"
 
 TESSERA_BEGIN_NAMESPACE
@@ -166,6 +167,9 @@ struct int8_linear_weights {
   /// Input features with a magnitude above this in some row skip the activation quantization
   /// (0: none do); see int8_linear.
   float outlier_threshold = 0;
+  /// The values laid out once for the backend's GEMM by pack_linear (then weight.values is
+  /// empty: this is the only copy), or empty.
+  packed_linear<int8_t, B> packed;
 };
 
 namespace detail {
@@ -194,8 +198,25 @@ int8_linear_weights<B> quantize_linear_int8(const Tensor<float, B>& weight,
                                             float outlier_threshold = 0) {
   detail::check_linear_layer("quantize_linear_int8", weight, bias);
   detail::check_outlier_threshold(outlier_threshold);
-  return detail::int8_layout(int8_linear_weights<B>{
-      quantize_int8_rows(weight), bias, weight.shape()[1], weight.shape()[0], outlier_threshold});
+  return detail::int8_layout(int8_linear_weights<B>{quantize_int8_rows(weight),
+                                                    bias,
+                                                    weight.shape()[1],
+                                                    weight.shape()[0],
+                                                    outlier_threshold,
+                                                    {}});
+}
+
+/// w with its values packed for the backend's GEMM (packed_linear.hpp), which then reads them in
+/// place instead of packing them on every call: at a few rows that packing costs more than the
+/// product. weight.values is released (unpack_linear(w.packed) gives it back); int8_linear's
+/// results are the same. Already packed weights are returned as they are.
+template <class B>
+int8_linear_weights<B> pack_linear(int8_linear_weights<B> w) {
+  if (w.packed.data.defined()) return w;
+  w.weight.values.check_defined("pack_linear");
+  w.packed = pack_linear(w.weight.values);
+  w.weight.values = Tensor<int8_t, B>();
+  return w;
 }
 
 /// As quantize_linear_int8, same steps, with the weights rounded by GPTQ (gptq.hpp) for inputs x
@@ -218,7 +239,8 @@ int8_linear_weights<B> quantize_linear_int8(const Tensor<float, B>& weight,
                              bias,
                              weight.shape()[1],
                              weight.shape()[0],
-                             outlier_threshold});
+                             outlier_threshold,
+                             {}});
 }
 
 /// x [..., in] · weightᵀ + bias with the weight quantized per output channel and x per row at
@@ -250,13 +272,18 @@ Tensor<float, B> int8_linear(const Tensor<float, B>& x, const int8_linear_weight
     inliers = x2 * from_vector<float, B>(keep);
   }
   const int8_rows<B> qx = quantize_int8_rows(inliers);
-  const Tensor<int32_t, B> acc = matmul(qx.values, w.weight.values.transpose(0, 1));
+  const bool packed = w.packed.data.defined();
+  const Tensor<int32_t, B> acc = !packed ? matmul(qx.values, w.weight.values.transpose(0, 1))
+                                 : w.packed.panel > 0
+                                     ? detail::panel_product<int32_t>(qx.values, w.packed, nullptr)
+                                     : matmul(qx.values, w.packed.data);
   Tensor<float, B> y = map(detail::int8_dequantize{}, acc, qx.steps, w.weight.steps, w.bias);
   if (!outliers.empty()) {
-    // The outlier columns of x [rows, k] and rows of the weight's [in, out] storage [k, out].
+    // The outlier columns of x [rows, k] and rows of the weight's [in, out] transpose [k, out].
     const Tensor<float, B> xo = embedding(x2.transpose(0, 1), ids).transpose(0, 1);
-    const Tensor<float, B> wo =
-        embedding(w.weight.values.transpose(0, 1), ids).template astype<float>() * w.weight.steps;
+    const Tensor<int8_t, B> wo_values = packed ? detail::packed_feature_rows(w.packed, outliers)
+                                               : embedding(w.weight.values.transpose(0, 1), ids);
+    const Tensor<float, B> wo = wo_values.template astype<float>() * w.weight.steps;
     detail::gemm_into("int8_linear", 1.0, xo, wo, 1.0, y);
   }
   return y.reshape(out_shape.span());

@@ -36,8 +36,8 @@ inline int64_t gemm_work(int64_t m, int64_t n, int64_t k) {
 }
 
 /// Which operands the micro-kernels read in place instead of from packed panels (full panels
-/// only; ragged edges are always packed, zero-padded). Never for int8, whose packing changes
-/// the representation.
+/// only; ragged edges are always packed, zero-padded). For int8, whose packing changes the
+/// representation, only B already in int8 panels.
 /// - A: small problems (up to 128^3 multiply-adds, every operand L2-resident) of the kernel's
 ///   own type, where the packing pass would cost a large share of the time.
 /// - B: the kernel's type with contiguous rows (unit column stride), when A is read in place
@@ -53,6 +53,8 @@ gemm_in_place gemm_operands_in_place(const gemm_problem<TA, TB, Acc>& pr) {
     r.a = std::is_same_v<TA, Acc> && gemm_work(pr.m, pr.n, pr.k) <= (int64_t{1} << 21);
     r.b = std::is_same_v<TB, Acc> &&
           (pr.b_panel > 0 || (pr.b_cs == 1 && (r.a || pr.m <= 8 * gemm_tile<Acc>::mr)));
+  } else {
+    r.b = pr.b_panel > 0;
   }
   return r;
 }
@@ -130,12 +132,21 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
         // B is in panels: those are zero-padded already.
         const int64_t nb_direct = pr.b_panel > 0 ? nb : b_in_place ? nb / NR * NR : 0;
         if constexpr (is_int8) {
-          pack_b_int8<NR>(b_blk, pr.b_rs, pr.b_cs, kb, nb, bbuf, col_sum);
           constexpr int32_t za = int8_a_bias<TA>, zb = int8_b_bias<TB>;
-          for (int64_t i = 0; i < mb; ++i)
-            row_corr[i] = static_cast<int32_t>(int64_t{zb} * row_sum[i] - kb * za * zb);
-          for (int64_t j = 0; j < nb; ++j)
-            col_corr[j] = static_cast<int32_t>(-int64_t{za} * col_sum[j]);
+          if (pr.b_panel > 0) {
+            // int8 panels (signed: zb == 0) carry their column sums over all of k: the whole
+            // correction goes with the first k block (wrapping int32 sums are associative).
+            const int32_t* sums = pr.b_col_sums + j_begin + jc;
+            for (int64_t i = 0; i < mb; ++i) row_corr[i] = 0;
+            for (int64_t j = 0; j < nb; ++j)
+              col_corr[j] = pc == 0 ? static_cast<int32_t>(-int64_t{za} * sums[j]) : 0;
+          } else {
+            pack_b_int8<NR>(b_blk, pr.b_rs, pr.b_cs, kb, nb, bbuf, col_sum);
+            for (int64_t i = 0; i < mb; ++i)
+              row_corr[i] = static_cast<int32_t>(int64_t{zb} * row_sum[i] - kb * za * zb);
+            for (int64_t j = 0; j < nb; ++j)
+              col_corr[j] = static_cast<int32_t>(-int64_t{za} * col_sum[j]);
+          }
         } else if (nb_direct < nb) {
           pack_panels<NR>(b_blk + nb_direct * pr.b_cs, pr.b_cs, pr.b_rs, nb - nb_direct, kb, bbuf);
         }
@@ -146,8 +157,17 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
             const int64_t ci = i_begin + ic + ir, cj = j_begin + jc + jr;
             Acc* c_tile = c + ci * pr.c_rs + cj * pr.c_cs;
             if constexpr (is_int8) {
-              gemm_micro_int8(kb, abuf + ir * kbp, bbuf + jr * kbp, c_tile, pr.c_rs, pr.c_cs,
-                              mr_eff, nr_eff, row_corr + ir, col_corr + jr, ep, ci, cj);
+              const int8_t* b_strip = bbuf + jr * kbp;
+              int64_t ldb = NR * 4;
+              if constexpr (std::is_same_v<TB, int8_t>) {
+                if (pr.b_panel > 0) {  // as for float panels below, four k values per column
+                  b_strip =
+                      b + (cj / pr.b_panel) * pr.b_cs + pc / 4 * pr.b_rs + cj % pr.b_panel * 4;
+                  ldb = pr.b_rs;
+                }
+              }
+              gemm_micro_int8(kb, abuf + ir * kbp, b_strip, ldb, c_tile, pr.c_rs, pr.c_cs, mr_eff,
+                              nr_eff, row_corr + ir, col_corr + jr, ep, ci, cj);
             } else {
               const Acc* b_panel = bbuf + (jr - nb_direct) * kbp;
               int64_t ldb = NR;
@@ -292,12 +312,15 @@ template <class TA, class TB, class Acc>
 void gemm_run_cpu(const gemm_problem<TA, TB, Acc>& pr) {
   if (pr.m == 0 || pr.n == 0 || pr.batch == 0) return;
   // B in panels is read in place by micro-panels of nr columns, which must not straddle panels;
-  // only B of the accumulation type is read in place.
-  if (pr.b_panel > 0 && (!std::is_same_v<TB, Acc> || gemm_tile<Acc>::kgroup != 1 ||
-                         pr.b_panel % gemm_tile<Acc>::nr != 0))
+  // only B of the accumulation type is read in place, or int8 B with its column sums.
+  constexpr bool int8_panels = gemm_tile<Acc>::kgroup == 4 && std::is_same_v<TB, int8_t>;
+  constexpr bool acc_panels = gemm_tile<Acc>::kgroup == 1 && std::is_same_v<TB, Acc>;
+  const bool readable = acc_panels || (int8_panels && pr.b_col_sums != nullptr);
+  if (pr.b_panel > 0 && (!readable || pr.b_panel % gemm_tile<Acc>::nr != 0))
     fail<backend_error>("gemm", "B is in panels of ", pr.b_panel, " columns of ", dtype_name<TB>,
                         ": the kernel reads panels of ", dtype_name<Acc>,
-                        " whose width is a multiple of ", gemm_tile<Acc>::nr);
+                        " (or of int8 with column sums) whose width is a multiple of ",
+                        gemm_tile<Acc>::nr);
   // A narrow output (n well below nr, as in a 10-class output layer) wastes most of each
   // micro-tile; its transpose C^T = B^T A^T puts the short side along mr instead. Transposing is
   // free (strides swap); only for equal input types, so that no second kernel is instantiated,

@@ -13,11 +13,12 @@ TESSERA_BEGIN_NAMESPACE
 namespace detail {
 
 /// C tile from packed A ([kc/4][MR][4] unsigned bytes) and packed B ([kc/4][NR][4] signed
-/// bytes). row_corr[i] + col_corr[j] is added to each raw sum before the epilogue: it removes the
-/// zero-point biases of the packing (pack.hpp).
+/// bytes, ldb bytes from one group of 4 k values to the next: NR * 4 as gemm_block packs it, more
+/// in a weight's wider panels). row_corr[i] + col_corr[j] is added to each raw sum before the
+/// epilogue: it removes the zero-point biases of the packing (pack.hpp).
 TESSERA_NOINLINE inline void gemm_micro_int8(int64_t kc, const uint8_t* __restrict a,
-                                             const int8_t* __restrict b, int32_t* c, int64_t c_rs,
-                                             int64_t c_cs, int mr_eff, int nr_eff,
+                                             const int8_t* __restrict b, int64_t ldb, int32_t* c,
+                                             int64_t c_rs, int64_t c_cs, int mr_eff, int nr_eff,
                                              const int32_t* row_corr, const int32_t* col_corr,
                                              const gemm_epilogue<int32_t>& ep, int64_t i0,
                                              int64_t j0) {
@@ -46,7 +47,7 @@ TESSERA_NOINLINE inline void gemm_micro_int8(int64_t kc, const uint8_t* __restri
       for (int j = 0; j < NV; ++j) acc[i][j] = isa::dot4(acc[i][j], av, bv[j]);
     }
     a += MR * 4;
-    b += NR * 4;
+    b += ldb;
   }
   const bool vector_bias = ep.bias_kind != gemm_bias::per_col || ep.bias_stride == 1;
   if (mr_eff == MR && nr_eff == NR && c_cs == 1 && vector_bias) {
@@ -91,7 +92,7 @@ TESSERA_NOINLINE inline void gemm_micro_int8(int64_t kc, const uint8_t* __restri
             static_cast<int32_t>(static_cast<uint32_t>(buf[i * NR + j]) + static_cast<uint32_t>(s));
       }
     a += MR * 4;
-    b += NR * 4;
+    b += ldb;
   }
 #endif
   for (int i = 0; i < mr_eff; ++i)
