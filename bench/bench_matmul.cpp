@@ -11,7 +11,8 @@
 //   dgemm_square/<impl>/<n>               fp64, n = 64 .. 2048
 //   ml/<impl>/<m>x<k>x<n>                 MLP-like fp32 shapes; ml/<impl>/b256_32x32x32 is a batch
 //                                         of 256 small products ([256, 32, 32] tensors)
-//   lowp/tessera_{bf16,fp16,fp8,int8}/<n> low-precision inputs, float out (int32 for int8)
+//   lowp/tessera_{bf16,fp16,fp8,int8}/<n> low-precision inputs, float out (int32 for int8);
+//                                         int8_a7: A in [-64, 63] (7-bit activations)
 //   linear_stream/<impl>/<m>x<k>x<n>      x [m, k] times one of many [k, n] weights in turn (96 MB
 //                                         in all, past any L3), as small-batch inference streams
 //                                         its weights: tessera (linear, the weight [in, out]
@@ -150,7 +151,9 @@ void register_peak(const char* impl, int t) {
 }
 
 // ---------------------------------------------------------------- problems
-enum class layout { nn, tn, nt };  // tn: a^T b (a stored [k, m]); nt: a b^T (b stored [n, k])
+// tn: a^T b (a stored [k, m]); nt: a b^T (b stored [n, k]); nn_a7: nn with int8 A in [-64, 63]
+// (7-bit activations, which AVX2 without VNNI multiplies faster: gemm/kernel_int8.hpp).
+enum class layout { nn, tn, nt, nn_a7 };
 
 struct dims {
   int64_t batch, m, k, n;  // batch 0: plain 2-D matrices
@@ -200,6 +203,9 @@ problem<T, O>& get_problem(const dims& d) {
         d.lay == layout::tn ? shape_of(d.batch, d.k, d.m) : shape_of(d.batch, d.m, d.k), g);
     p->b_mem = random_input<T>(
         d.lay == layout::nt ? shape_of(d.batch, d.n, d.k) : shape_of(d.batch, d.k, d.n), g);
+    if constexpr (std::is_integral_v<T>)
+      if (d.lay == layout::nn_a7)
+        p->a_mem = ts::randint<T>(-64, 64, shape_of(d.batch, d.m, d.k), g);
     p->a = d.lay == layout::tn ? last2_transposed(p->a_mem) : p->a_mem;
     p->b = d.lay == layout::nt ? last2_transposed(p->b_mem) : p->b_mem;
     p->c = ts::zeros<O>(shape_of(d.batch, d.m, d.n));
@@ -486,6 +492,8 @@ int main(int argc, char** argv) {
       add<ts::half, float>("lowp", "tessera_fp16", s, d, t, 0, tessera_impl);
       add<ts::float8_e4m3, float>("lowp", "tessera_fp8", s, d, t, 0, tessera_impl);
       add<int8_t, int32_t>("lowp", "tessera_int8", s, d, t, 0, tessera_impl);
+      add<int8_t, int32_t>("lowp", "tessera_int8_a7", s, {0, n, n, n, layout::nn_a7}, t, 0,
+                           tessera_impl);
     }
   }
 

@@ -536,10 +536,31 @@ void int8_suite(uint64_t seed) {
       auto b = int_operand<TB>(s[2], s[1], t / 3, g);
       if (!check_matmul(a, b, what)) return;
     }
+  // A in the narrow range ([-64, 63] for int8, [0, 127] for uint8), which AVX2 without VNNI
+  // multiplies with vpmaddubsw (gemm/kernel_int8.hpp); one value just outside sends its block
+  // back to the widened kernel.
+  const int64_t narrow_lo = std::is_signed_v<TA> ? -64 : 0, narrow_hi = narrow_lo + 127;
+  for (const auto& s : shapes)
+    for (int t = 0; t < 3; ++t) {
+      const std::string what = names + " narrow A m=" + std::to_string(s[0]) +
+                               " n=" + std::to_string(s[1]) + " k=" + std::to_string(s[2]) +
+                               " layout " + std::to_string(t);
+      auto a = ts::randint<TA>(narrow_lo, narrow_hi + 1, {s[0], s[2]}, g);
+      auto b = int_operand<TB>(s[2], s[1], t, g);
+      if (!check_matmul(a, b, what)) return;
+      if (a.numel() > 0) {
+        a.flatten()
+            .slice(0, a.numel() / 2, a.numel() / 2 + 1)
+            .fill_(static_cast<TA>(narrow_hi + 1));
+        if (!check_matmul(a, b, what + " one value outside")) return;
+      }
+    }
   // Extremes: every product at the edge of the range, k large enough that a 16-bit
-  // intermediate (e.g. a saturating pairwise multiply-add) overflows; k not a multiple of 4.
+  // intermediate (e.g. a saturating pairwise multiply-add) overflows; k not a multiple of 4; A's
+  // narrow range's ends too.
   for (int64_t k : {int64_t{1}, int64_t{3}, int64_t{1001}, int64_t{2051}})
-    for (TA va : {std::numeric_limits<TA>::min(), std::numeric_limits<TA>::max()})
+    for (TA va : {std::numeric_limits<TA>::min(), std::numeric_limits<TA>::max(),
+                  static_cast<TA>(narrow_lo), static_cast<TA>(narrow_hi)})
       for (TB vb : {std::numeric_limits<TB>::min(), std::numeric_limits<TB>::max()}) {
         const std::string what = names + " extremes " + std::to_string(int(va)) + " * " +
                                  std::to_string(int(vb)) + " k=" + std::to_string(k);
@@ -1217,13 +1238,15 @@ TEST(PackedLinear, Int8PanelsMatchTheInt8Product) {
   for (int threads : {1, 2}) {
     ts::set_num_threads(threads);
     for (const dims& d : cases)
-      for (int lay = 0; lay < 3; ++lay) {
+      for (int lay = 0; lay < 4; ++lay) {
         const std::string what = "int8 panels rows " + std::to_string(d.rows) + " in " +
                                  std::to_string(d.in) + " out " + std::to_string(d.out) +
                                  " layout " + std::to_string(lay) + " threads " +
                                  std::to_string(threads);
         const auto w = full_range<int8_t>({d.out, d.in}, g);
-        const auto x = int_operand<int8_t>(d.rows, d.in, lay, g);
+        // Layout 3: contiguous, in A's narrow range (the narrow kernel where the pass has it).
+        const auto x = lay == 3 ? ts::randint<int8_t>(-64, 64, {d.rows, d.in}, g)
+                                : int_operand<int8_t>(d.rows, d.in, lay, g);
         const auto bias = ts::randint<int32_t>(-1000, 1000, {d.out}, g);
         const auto p = ts::pack_linear(w);
         ASSERT_GT(p.panel, 0) << what;

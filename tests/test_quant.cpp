@@ -134,6 +134,44 @@ TEST(Int8Linear, PackedWeightsGiveTheSameResults) {
     }
 }
 
+// 7-bit activations (activation_max 63): rows quantized to [-63, 63] with steps max / 63, and
+// int8_linear's result the product of those operands, plain and packed (the packed product takes
+// the narrow kernel on AVX2 without VNNI). Out-of-range settings are errors.
+TEST(Int8Linear, SevenBitActivations) {
+  ts::Generator g(9);
+  const auto x = ts::rand<float>({13, 70}, g, -2, 2);
+  const auto q7 = ts::quantize_int8_rows(x, 63);
+  const auto xv = tt::to_doubles(x), qv = tt::to_doubles(q7.values), sv = tt::to_doubles(q7.steps);
+  for (int64_t r = 0; r < 13; ++r) {
+    double m = 0;
+    for (int64_t c = 0; c < 70; ++c) m = std::max(m, std::abs(xv[r * 70 + c]));
+    EXPECT_FLOAT_EQ(sv[r], m / 63) << "row " << r;
+    for (int64_t c = 0; c < 70; ++c) {
+      EXPECT_LE(std::abs(qv[r * 70 + c]), 63);
+      EXPECT_LE(std::abs(qv[r * 70 + c] * sv[r] - xv[r * 70 + c]), sv[r] * 0.5 + 1e-6);
+    }
+  }
+  const auto w = ts::rand<float>({40, 70}, g, -1, 1), b = ts::rand<float>({40}, g, -1, 1);
+  auto qw = ts::quantize_linear_int8(w, b);
+  qw.activation_max = 63;
+  const auto wv = tt::to_doubles(qw.weight.values), ws = tt::to_doubles(qw.weight.steps),
+             bv = tt::to_doubles(b);
+  const auto y = ts::int8_linear(x, qw), yp = ts::int8_linear(x, ts::pack_linear(qw));
+  EXPECT_EQ(yp.to_vector(), y.to_vector());
+  const auto yv = tt::to_doubles(y);
+  for (int64_t i = 0; i < 13; ++i)
+    for (int64_t j = 0; j < 40; ++j) {
+      double acc = 0;
+      for (int64_t k = 0; k < 70; ++k) acc += qv[i * 70 + k] * wv[j * 70 + k];
+      const double want = acc * sv[i] * ws[j] + bv[j];
+      ASSERT_NEAR(yv[i * 40 + j], want, 1e-5 * (1 + std::abs(want))) << i << ", " << j;
+    }
+  EXPECT_THROW((void)ts::quantize_int8_rows(x, 0), ts::error);
+  EXPECT_THROW((void)ts::quantize_int8_rows(x, 128), ts::error);
+  qw.activation_max = 200;
+  EXPECT_THROW((void)ts::int8_linear(x, qw), ts::error);
+}
+
 TEST(Int8Linear, EmptyInputsNoBiasAndBadShapes) {
   ts::Generator g(3);
   const auto w = ts::rand<float>({4, 6}, g);

@@ -107,8 +107,14 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
       const int64_t mb_full = is_int8 ? mb : mb / MR * MR;
       const int edge_mr = gemm_edge_mr<Acc>(mb - mb_full);
       PA* edge_panel = abuf + (a_direct ? 0 : mb_full * kbp);
+      // int8: whether this block of A multiplies with the narrow dot product (gemm/kernel_int8.hpp:
+      // where the pass has it and A's values are in its range). B in panels has column sums for
+      // all of k only, which the shift's correction can use when one block covers k.
+      bool a_narrow = false;
       if constexpr (is_int8) {
-        pack_a_int8<MR>(a_blk, pr.a_rs, pr.a_cs, mb, kb, abuf, row_sum);
+        a_narrow =
+            pack_a_int8<MR, int8_narrow_dot>(a_blk, pr.a_rs, pr.a_cs, mb, kb, abuf, row_sum) &&
+            int8_narrow_dot && (pr.b_panel == 0 || kb == k);
       } else {
         if (!a_direct) pack_panels<MR>(a_blk, pr.a_rs, pr.a_cs, mb_full, kb, abuf);
         if (mb_full < mb)
@@ -133,19 +139,22 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
         const int64_t nb_direct = pr.b_panel > 0 ? nb : b_in_place ? nb / NR * NR : 0;
         if constexpr (is_int8) {
           constexpr int32_t za = int8_a_bias<TA>, zb = int8_b_bias<TB>;
+          // The narrow kernel multiplies A's packed bytes less the shift: for the column
+          // corrections A's zero point is then za - shift (the row corrections keep za).
+          const int64_t za_col = a_narrow ? za - int8_a_narrow_shift<TA> : za;
           if (pr.b_panel > 0) {
             // int8 panels (signed: zb == 0) carry their column sums over all of k: the whole
             // correction goes with the first k block (wrapping int32 sums are associative).
             const int32_t* sums = pr.b_col_sums + j_begin + jc;
             for (int64_t i = 0; i < mb; ++i) row_corr[i] = 0;
             for (int64_t j = 0; j < nb; ++j)
-              col_corr[j] = pc == 0 ? static_cast<int32_t>(-int64_t{za} * sums[j]) : 0;
+              col_corr[j] = pc == 0 ? static_cast<int32_t>(-za_col * sums[j]) : 0;
           } else {
             pack_b_int8<NR>(b_blk, pr.b_rs, pr.b_cs, kb, nb, bbuf, col_sum);
             for (int64_t i = 0; i < mb; ++i)
               row_corr[i] = static_cast<int32_t>(int64_t{zb} * row_sum[i] - kb * za * zb);
             for (int64_t j = 0; j < nb; ++j)
-              col_corr[j] = static_cast<int32_t>(-int64_t{za} * col_sum[j]);
+              col_corr[j] = static_cast<int32_t>(-za_col * col_sum[j]);
           }
         } else if (nb_direct < nb) {
           pack_panels<NR>(b_blk + nb_direct * pr.b_cs, pr.b_cs, pr.b_rs, nb - nb_direct, kb, bbuf);
@@ -167,7 +176,8 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
                 }
               }
               gemm_micro_int8(kb, abuf + ir * kbp, b_strip, ldb, c_tile, pr.c_rs, pr.c_cs, mr_eff,
-                              nr_eff, row_corr + ir, col_corr + jr, ep, ci, cj);
+                              nr_eff, row_corr + ir, col_corr + jr, ep, ci, cj,
+                              a_narrow ? int8_a_narrow_shift<TA> : -1);
             } else {
               const Acc* b_panel = bbuf + (jr - nb_direct) * kbp;
               int64_t ldb = NR;

@@ -12,17 +12,28 @@
 TESSERA_BEGIN_NAMESPACE
 namespace detail {
 
+/// Whether this pass has the narrow dot product (simd/int8.hpp): faster where every packed byte
+/// of A, less a shift, lies in [0, 127] (gemm_block checks that while packing).
+#if defined(TESSERA_DETAIL_INT8_NARROW_DOT)
+inline constexpr bool int8_narrow_dot = true;
+#else
+inline constexpr bool int8_narrow_dot = false;
+#endif
+
 /// C tile from packed A ([kc/4][MR][4] unsigned bytes) and packed B ([kc/4][NR][4] signed
 /// bytes, ldb bytes from one group of 4 k values to the next: NR * 4 as gemm_block packs it, more
 /// in a weight's wider panels). row_corr[i] + col_corr[j] is added to each raw sum before the
-/// epilogue: it removes the zero-point biases of the packing (pack.hpp).
+/// epilogue: it removes the zero-point biases of the packing (pack.hpp). narrow_shift >= 0 (only
+/// where int8_narrow_dot): multiply A's bytes less that shift, all in [0, 127], with the narrow
+/// dot product; the corrections then account for the shift.
 TESSERA_NOINLINE inline void gemm_micro_int8(int64_t kc, const uint8_t* __restrict a,
                                              const int8_t* __restrict b, int64_t ldb, int32_t* c,
                                              int64_t c_rs, int64_t c_cs, int mr_eff, int nr_eff,
                                              const int32_t* row_corr, const int32_t* col_corr,
                                              const gemm_epilogue<int32_t>& ep, int64_t i0,
-                                             int64_t j0) {
+                                             int64_t j0, int narrow_shift = -1) {
   constexpr int MR = gemm_tile<int32_t>::mr, NR = gemm_tile<int32_t>::nr;
+  (void)narrow_shift;
   const int64_t groups = (kc + 3) / 4;
   alignas(64) int32_t buf[MR * NR];
 #if defined(TESSERA_DETAIL_HAVE_INT8_ISA)
@@ -36,19 +47,37 @@ TESSERA_NOINLINE inline void gemm_micro_int8(int64_t kc, const uint8_t* __restri
     TESSERA_UNROLL(4)
     for (int j = 0; j < NV; ++j) acc[i][j] = isa::zero();
   }
-  for (int64_t g = 0; g < groups; ++g) {
-    reg bv[NV];
-    TESSERA_UNROLL(4)
-    for (int j = 0; j < NV; ++j) bv[j] = isa::load(b + j * isa::lanes * 4);
-    TESSERA_UNROLL(32)
-    for (int i = 0; i < MR; ++i) {
-      const reg av = isa::broadcast4(a + i * 4);
+#if defined(TESSERA_DETAIL_INT8_NARROW_DOT)
+  if (narrow_shift >= 0) {  // the same loop with the narrow dot product
+    const auto shift = static_cast<int8_t>(narrow_shift);
+    for (int64_t g = 0; g < groups; ++g) {
+      reg bv[NV];
       TESSERA_UNROLL(4)
-      for (int j = 0; j < NV; ++j) acc[i][j] = isa::dot4(acc[i][j], av, bv[j]);
+      for (int j = 0; j < NV; ++j) bv[j] = isa::load(b + j * isa::lanes * 4);
+      TESSERA_UNROLL(32)
+      for (int i = 0; i < MR; ++i) {
+        const reg av = isa::sub_bytes(isa::broadcast4(a + i * 4), shift);
+        TESSERA_UNROLL(4)
+        for (int j = 0; j < NV; ++j) acc[i][j] = isa::dot4_narrow(acc[i][j], av, bv[j]);
+      }
+      a += MR * 4;
+      b += ldb;
     }
-    a += MR * 4;
-    b += ldb;
-  }
+  } else
+#endif
+    for (int64_t g = 0; g < groups; ++g) {
+      reg bv[NV];
+      TESSERA_UNROLL(4)
+      for (int j = 0; j < NV; ++j) bv[j] = isa::load(b + j * isa::lanes * 4);
+      TESSERA_UNROLL(32)
+      for (int i = 0; i < MR; ++i) {
+        const reg av = isa::broadcast4(a + i * 4);
+        TESSERA_UNROLL(4)
+        for (int j = 0; j < NV; ++j) acc[i][j] = isa::dot4(acc[i][j], av, bv[j]);
+      }
+      a += MR * 4;
+      b += ldb;
+    }
   const bool vector_bias = ep.bias_kind != gemm_bias::per_col || ep.bias_stride == 1;
   if (mr_eff == MR && nr_eff == NR && c_cs == 1 && vector_bias) {
     // Whole tile: corrections and epilogue in registers (wrapping int32 arithmetic).

@@ -124,12 +124,29 @@ inline constexpr int32_t int8_a_bias = std::is_same_v<S, int8_t> ? 128 : 0;
 template <class S>
 inline constexpr int32_t int8_b_bias = std::is_same_v<S, uint8_t> ? 128 : 0;
 
+/// The narrow dot product's shift for A of type S (gemm/kernel_int8.hpp): packed bytes less it
+/// must lie in [0, 127], i.e. int8 values in [-64, 63], uint8 values in [0, 127].
+template <class S>
+inline constexpr int32_t int8_a_narrow_shift = std::is_same_v<S, int8_t> ? 64 : 0;
+
+/// Bits 7 of the bytes of w that are out of the narrow range (int8_a_narrow_shift): for int8 A
+/// (bytes biased by 128) where bits 7 and 6 are equal, for uint8 A where bit 7 is set.
+template <class S>
+inline uint32_t int8_outside_narrow(uint32_t w) {
+  if constexpr (std::is_same_v<S, int8_t>)
+    return ~(w ^ (w << 1)) & 0x80808080u;
+  else
+    return w & 0x80808080u;
+}
+
 /// A panel: [k/4][MR][4] bytes, k padded to a multiple of 4 and rows to MR with zeros;
-/// row_sums[i] = sum over k of the packed bytes of row i.
-template <int MR, class S>
-void pack_a_int8(const S* a, int64_t rs, int64_t cs, int64_t mb, int64_t kb, uint8_t* dst,
+/// row_sums[i] = sum over k of the packed bytes of row i. With Check, returns whether every
+/// value lies in A's narrow range (int8_a_narrow_shift); else true.
+template <int MR, bool Check, class S>
+bool pack_a_int8(const S* a, int64_t rs, int64_t cs, int64_t mb, int64_t kb, uint8_t* dst,
                  int32_t* row_sums) {
   const int64_t kbp = (kb + 3) / 4 * 4, kb4 = kb / 4 * 4;
+  uint32_t outside = 0;
   for (int64_t r0 = 0; r0 < mb; r0 += MR, dst += MR * kbp) {
     const int rows = static_cast<int>(std::min<int64_t>(MR, mb - r0));
     std::memset(dst, 0, static_cast<size_t>(MR * kbp));
@@ -144,6 +161,7 @@ void pack_a_int8(const S* a, int64_t rs, int64_t cs, int64_t mb, int64_t kb, uin
           uint32_t w;
           std::memcpy(&w, src + p, 4);
           w ^= flip;
+          if constexpr (Check) outside |= int8_outside_narrow<S>(w);
           std::memcpy(dst + ((p >> 2) * MR + i) * 4, &w, 4);
           const uint32_t pairs = (w & 0x00ff00ffu) + ((w >> 8) & 0x00ff00ffu);
           sum += (pairs & 0xffffu) + (pairs >> 16);
@@ -151,12 +169,14 @@ void pack_a_int8(const S* a, int64_t rs, int64_t cs, int64_t mb, int64_t kb, uin
       }
       for (; p < kb; ++p) {
         const auto u = static_cast<uint8_t>(static_cast<int32_t>(src[p * cs]) + int8_a_bias<S>);
+        if constexpr (Check) outside |= int8_outside_narrow<S>(u) & 0x80u;  // this byte only
         dst[((p >> 2) * MR + i) * 4 + (p & 3)] = u;
         sum += u;
       }
       row_sums[r0 + i] = static_cast<int32_t>(sum);
     }
   }
+  return outside == 0;
 }
 
 /// B panel: [k/4][NR][4] bytes, padded with zeros; col_sums[j] = sum of the packed bytes.
