@@ -47,37 +47,30 @@ TESSERA_NOINLINE inline void gemm_micro_int8(int64_t kc, const uint8_t* __restri
     TESSERA_UNROLL(4)
     for (int j = 0; j < NV; ++j) acc[i][j] = isa::zero();
   }
-#if defined(TESSERA_DETAIL_INT8_NARROW_DOT)
-  if (narrow_shift >= 0) {  // the same loop with the narrow dot product
-    const auto shift = static_cast<int8_t>(narrow_shift);
+  // The k loop: prep(broadcast of A) multiplied by dot into the accumulators.
+  const auto k_loop = [&](auto prep, auto dot) {
     for (int64_t g = 0; g < groups; ++g) {
       reg bv[NV];
       TESSERA_UNROLL(4)
       for (int j = 0; j < NV; ++j) bv[j] = isa::load(b + j * isa::lanes * 4);
       TESSERA_UNROLL(32)
       for (int i = 0; i < MR; ++i) {
-        const reg av = isa::sub_bytes(isa::broadcast4(a + i * 4), shift);
+        const reg av = prep(isa::broadcast4(a + i * 4));
         TESSERA_UNROLL(4)
-        for (int j = 0; j < NV; ++j) acc[i][j] = isa::dot4_narrow(acc[i][j], av, bv[j]);
+        for (int j = 0; j < NV; ++j) acc[i][j] = dot(acc[i][j], av, bv[j]);
       }
       a += MR * 4;
       b += ldb;
     }
+  };
+#if defined(TESSERA_DETAIL_INT8_NARROW_DOT)
+  if (narrow_shift >= 0) {
+    const auto shift = static_cast<int8_t>(narrow_shift);
+    k_loop([shift](reg v) { return isa::sub_bytes(v, shift); },
+           [](reg c, reg x, reg y) { return isa::dot4_narrow(c, x, y); });
   } else
 #endif
-    for (int64_t g = 0; g < groups; ++g) {
-      reg bv[NV];
-      TESSERA_UNROLL(4)
-      for (int j = 0; j < NV; ++j) bv[j] = isa::load(b + j * isa::lanes * 4);
-      TESSERA_UNROLL(32)
-      for (int i = 0; i < MR; ++i) {
-        const reg av = isa::broadcast4(a + i * 4);
-        TESSERA_UNROLL(4)
-        for (int j = 0; j < NV; ++j) acc[i][j] = isa::dot4(acc[i][j], av, bv[j]);
-      }
-      a += MR * 4;
-      b += ldb;
-    }
+    k_loop([](reg v) { return v; }, [](reg c, reg x, reg y) { return isa::dot4(c, x, y); });
   const bool vector_bias = ep.bias_kind != gemm_bias::per_col || ep.bias_stride == 1;
   if (mr_eff == MR && nr_eff == NR && c_cs == 1 && vector_bias) {
     // Whole tile: corrections and epilogue in registers (wrapping int32 arithmetic).
