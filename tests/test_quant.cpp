@@ -17,25 +17,30 @@ namespace {
 namespace ts = tessera;
 using ts::cpu;
 
+// 8 bits (top 127, the default) and 7 bits (top 63).
 TEST(QuantizeInt8Rows, RoundsEachRowToItsOwnStep) {
   ts::Generator g(1);
   auto x = ts::rand<float>({5, 37}, g, -4, 4);
   x.slice(0, 2, 3).fill_(0.0f);  // an all-zero row: step 0, values 0
-  const auto q = ts::quantize_int8_rows(x);
-  ASSERT_EQ(q.values.shape(), x.shape());
-  ASSERT_EQ(q.steps.shape(), ts::Shape({5, 1}));
-  const auto xv = tt::to_doubles(x), qv = tt::to_doubles(q.values), sv = tt::to_doubles(q.steps);
-  for (int64_t r = 0; r < 5; ++r) {
-    double m = 0;
-    for (int64_t c = 0; c < 37; ++c) m = std::max(m, std::abs(xv[r * 37 + c]));
-    EXPECT_FLOAT_EQ(sv[r], m / 127) << "row " << r;
-    for (int64_t c = 0; c < 37; ++c) {
-      const double want = sv[r] > 0 ? std::nearbyint(xv[r * 37 + c] / sv[r]) : 0.0;
-      EXPECT_NEAR(qv[r * 37 + c], want, 1.0 + 1e-9) << r << ", " << c;  // float division
-      EXPECT_LE(std::abs(qv[r * 37 + c]), 127);
-      EXPECT_LE(std::abs(qv[r * 37 + c] * sv[r] - xv[r * 37 + c]), sv[r] * 0.5 + 1e-6);
+  for (const int top : {127, 63}) {
+    const auto q = top == 127 ? ts::quantize_int8_rows(x) : ts::quantize_int8_rows(x, top);
+    ASSERT_EQ(q.values.shape(), x.shape());
+    ASSERT_EQ(q.steps.shape(), ts::Shape({5, 1}));
+    const auto xv = tt::to_doubles(x), qv = tt::to_doubles(q.values), sv = tt::to_doubles(q.steps);
+    for (int64_t r = 0; r < 5; ++r) {
+      double m = 0;
+      for (int64_t c = 0; c < 37; ++c) m = std::max(m, std::abs(xv[r * 37 + c]));
+      EXPECT_FLOAT_EQ(sv[r], m / top) << "top " << top << " row " << r;
+      for (int64_t c = 0; c < 37; ++c) {
+        const double want = sv[r] > 0 ? std::nearbyint(xv[r * 37 + c] / sv[r]) : 0.0;
+        EXPECT_NEAR(qv[r * 37 + c], want, 1.0 + 1e-9) << r << ", " << c;  // float division
+        EXPECT_LE(std::abs(qv[r * 37 + c]), top);
+        EXPECT_LE(std::abs(qv[r * 37 + c] * sv[r] - xv[r * 37 + c]), sv[r] * 0.5 + 1e-6);
+      }
     }
   }
+  EXPECT_THROW((void)ts::quantize_int8_rows(x, 0), ts::error);
+  EXPECT_THROW((void)ts::quantize_int8_rows(x, 128), ts::error);
 }
 
 TEST(Int8Linear, EqualsTheProductOfTheQuantizedOperands) {
@@ -134,23 +139,15 @@ TEST(Int8Linear, PackedWeightsGiveTheSameResults) {
     }
 }
 
-// 7-bit activations (activation_max 63): rows quantized to [-63, 63] with steps max / 63, and
-// int8_linear's result the product of those operands, plain and packed (the packed product takes
-// the narrow kernel on AVX2 without VNNI). Out-of-range settings are errors.
+// 7-bit activations (activation_max 63): int8_linear's result is the product of the operands
+// quantized with top 63, plain and packed (the packed product takes the narrow kernel on AVX2
+// without VNNI). An out-of-range setting is an error.
 TEST(Int8Linear, SevenBitActivations) {
   ts::Generator g(9);
   const auto x = ts::rand<float>({13, 70}, g, -2, 2);
   const auto q7 = ts::quantize_int8_rows(x, 63);
-  const auto xv = tt::to_doubles(x), qv = tt::to_doubles(q7.values), sv = tt::to_doubles(q7.steps);
-  for (int64_t r = 0; r < 13; ++r) {
-    double m = 0;
-    for (int64_t c = 0; c < 70; ++c) m = std::max(m, std::abs(xv[r * 70 + c]));
-    EXPECT_FLOAT_EQ(sv[r], m / 63) << "row " << r;
-    for (int64_t c = 0; c < 70; ++c) {
-      EXPECT_LE(std::abs(qv[r * 70 + c]), 63);
-      EXPECT_LE(std::abs(qv[r * 70 + c] * sv[r] - xv[r * 70 + c]), sv[r] * 0.5 + 1e-6);
-    }
-  }
+  const auto qv = tt::to_doubles(q7.values), sv = tt::to_doubles(q7.steps);
+  for (const double v : qv) ASSERT_LE(std::abs(v), 63);
   const auto w = ts::rand<float>({40, 70}, g, -1, 1), b = ts::rand<float>({40}, g, -1, 1);
   auto qw = ts::quantize_linear_int8(w, b);
   qw.activation_max = 63;
@@ -166,8 +163,6 @@ TEST(Int8Linear, SevenBitActivations) {
       const double want = acc * sv[i] * ws[j] + bv[j];
       ASSERT_NEAR(yv[i * 40 + j], want, 1e-5 * (1 + std::abs(want))) << i << ", " << j;
     }
-  EXPECT_THROW((void)ts::quantize_int8_rows(x, 0), ts::error);
-  EXPECT_THROW((void)ts::quantize_int8_rows(x, 128), ts::error);
   qw.activation_max = 200;
   EXPECT_THROW((void)ts::int8_linear(x, qw), ts::error);
 }

@@ -100,6 +100,11 @@ void check_linear_layer(const char* op, const Tensor<float, B>& weight,
                       bias.defined() ? bias.shape() : Shape{});
 }
 
+/// Checks the largest quantized magnitude `top` (1 to 127) that op was given as `what`.
+inline void check_int8_top(const char* op, const char* what, int top) {
+  if (top < 1 || top > 127) fail<error>(op, what, " ", top, " must be in [1, 127]");
+}
+
 /// x [..., in] seen as [rows, in], and the output shape [..., out]; throws shape_error naming
 /// op when x's last dim is not in.
 template <class B>
@@ -132,8 +137,7 @@ int8_rows<B> quantize_int8_rows(const Tensor<float, B>& x, int top = 127) {
   x.check_defined("quantize_int8_rows");
   if (x.rank() == 0)
     detail::fail<shape_error>("quantize_int8_rows", "x must have at least one dim");
-  if (top < 1 || top > 127)
-    detail::fail<error>("quantize_int8_rows", "top ", top, " must be in [1, 127]");
+  detail::check_int8_top("quantize_int8_rows", "top", top);
   const Tensor<float, B> steps = detail::int8_row_steps(x, top);
   return {map(detail::int8_quantize{static_cast<float>(top)}, x, steps), steps};
 }
@@ -188,15 +192,20 @@ inline void check_outlier_threshold(float t) {
     fail<error>("quantize_linear_int8", "outlier_threshold ", t, " must be 0 (none) or positive");
 }
 
-/// The stored form of int8 weights: steps as [1, out]; the values as a view of the contiguous
-/// [in, out] transpose (the product's B operand then has contiguous rows, which the int8 GEMM
-/// packs several times faster than strided ones); a zero bias where the layer has none.
+/// A layer quantized to rows q (of a weight of shape [out, in]) in its stored form: steps as
+/// [1, out]; the values as a view of the contiguous [in, out] transpose (the product's B operand
+/// then has contiguous rows, which the int8 GEMM packs several times faster than strided ones);
+/// a zero bias where the layer has none.
 template <class B>
-int8_linear_weights<B> int8_layout(int8_linear_weights<B> q) {
-  q.weight.steps = q.weight.steps.reshape({1, q.out_features});
-  q.weight.values = q.weight.values.transpose(0, 1).contiguous().transpose(0, 1);
-  if (!q.bias.defined()) q.bias = zeros<float, B>({q.out_features});
-  return q;
+int8_linear_weights<B> int8_layer(const int8_rows<B>& q, const Tensor<float, B>& bias,
+                                  const Shape& weight_shape, float outlier_threshold) {
+  int8_linear_weights<B> w;
+  w.out_features = weight_shape[0], w.in_features = weight_shape[1];
+  w.outlier_threshold = outlier_threshold;
+  w.weight.steps = q.steps.reshape({1, w.out_features});
+  w.weight.values = q.values.transpose(0, 1).contiguous().transpose(0, 1);
+  w.bias = bias.defined() ? bias : zeros<float, B>({w.out_features});
+  return w;
 }
 }  // namespace detail
 
@@ -208,13 +217,7 @@ int8_linear_weights<B> quantize_linear_int8(const Tensor<float, B>& weight,
                                             float outlier_threshold = 0) {
   detail::check_linear_layer("quantize_linear_int8", weight, bias);
   detail::check_outlier_threshold(outlier_threshold);
-  return detail::int8_layout(int8_linear_weights<B>{quantize_int8_rows(weight),
-                                                    bias,
-                                                    weight.shape()[1],
-                                                    weight.shape()[0],
-                                                    outlier_threshold,
-                                                    127,
-                                                    {}});
+  return detail::int8_layer(quantize_int8_rows(weight), bias, weight.shape(), outlier_threshold);
 }
 
 /// w with its values packed for the backend's GEMM (packed_linear.hpp), which then reads them in
@@ -245,14 +248,8 @@ int8_linear_weights<B> quantize_linear_int8(const Tensor<float, B>& weight,
         return std::clamp(std::nearbyint(v / step), -127.0, 127.0) * step;
       });
   // Each rounded value is a whole number of its row's step: quantizing again is exact.
-  return detail::int8_layout(
-      int8_linear_weights<B>{{map(detail::int8_quantize{}, rounded, steps), steps},
-                             bias,
-                             weight.shape()[1],
-                             weight.shape()[0],
-                             outlier_threshold,
-                             127,
-                             {}});
+  return detail::int8_layer(int8_rows<B>{map(detail::int8_quantize{}, rounded, steps), steps}, bias,
+                            weight.shape(), outlier_threshold);
 }
 
 /// x [..., in] · weightᵀ + bias with the weight quantized per output channel and x per row at
@@ -283,8 +280,7 @@ Tensor<float, B> int8_linear(const Tensor<float, B>& x, const int8_linear_weight
     for (const int64_t i : outliers) keep[static_cast<size_t>(i)] = 0.0f;
     inliers = x2 * from_vector<float, B>(keep);
   }
-  if (w.activation_max < 1 || w.activation_max > 127)
-    detail::fail<error>("int8_linear", "activation_max ", w.activation_max, " must be in [1, 127]");
+  detail::check_int8_top("int8_linear", "activation_max", w.activation_max);
   const int8_rows<B> qx = quantize_int8_rows(inliers, w.activation_max);
   const bool packed = w.packed.data.defined();
   const Tensor<int32_t, B> acc = !packed ? matmul(qx.values, w.weight.values.transpose(0, 1))

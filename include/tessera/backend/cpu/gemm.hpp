@@ -114,7 +114,7 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
       if constexpr (is_int8) {
         a_narrow =
             pack_a_int8<MR, int8_narrow_dot>(a_blk, pr.a_rs, pr.a_cs, mb, kb, abuf, row_sum) &&
-            int8_narrow_dot && (pr.b_panel == 0 || kb == k);
+            (pr.b_panel == 0 || kb == k);
       } else {
         if (!a_direct) pack_panels<MR>(a_blk, pr.a_rs, pr.a_cs, mb_full, kb, abuf);
         if (mb_full < mb)

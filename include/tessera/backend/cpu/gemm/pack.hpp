@@ -140,8 +140,8 @@ inline uint32_t int8_outside_narrow(uint32_t w) {
 }
 
 /// A panel: [k/4][MR][4] bytes, k padded to a multiple of 4 and rows to MR with zeros;
-/// row_sums[i] = sum over k of the packed bytes of row i. With Check, returns whether every
-/// value lies in A's narrow range (int8_a_narrow_shift); else true.
+/// row_sums[i] = sum over k of the packed bytes of row i. Returns, with Check, whether every
+/// value lies in A's narrow range (int8_a_narrow_shift); without, false.
 template <int MR, bool Check, class S>
 bool pack_a_int8(const S* a, int64_t rs, int64_t cs, int64_t mb, int64_t kb, uint8_t* dst,
                  int32_t* row_sums) {
@@ -176,7 +176,7 @@ bool pack_a_int8(const S* a, int64_t rs, int64_t cs, int64_t mb, int64_t kb, uin
       row_sums[r0 + i] = static_cast<int32_t>(sum);
     }
   }
-  return outside == 0;
+  return Check && outside == 0;
 }
 
 /// B panel: [k/4][NR][4] bytes, padded with zeros; col_sums[j] = sum of the packed bytes.
