@@ -239,7 +239,8 @@ template <class Acc>
 void conv_packed_product(int64_t m, int64_t k, int64_t cols, const Acc* a, const Acc* b, int64_t ld,
                          Acc* c, int64_t ldc, const gemm_epilogue<Acc>& last) {
   constexpr int MR = gemm_tile<Acc>::mr, NR = gemm_tile<Acc>::nr;
-  const int64_t kc = cached_gemm_blocks<Acc>().kc, panels = (cols + NR - 1) / NR;
+  const int64_t kc = balanced_k_block(k, cached_gemm_blocks<Acc>().kc);
+  const int64_t panels = (cols + NR - 1) / NR;
   for (int64_t pc = 0; pc < k; pc += kc) {
     const int64_t kb = std::min(kc, k - pc);
     gemm_epilogue<Acc> ep = pc + kb == k ? last : gemm_epilogue<Acc>{};

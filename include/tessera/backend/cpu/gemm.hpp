@@ -84,7 +84,7 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
   const int64_t m = i_end - i_begin, n = j_end - j_begin, k = pr.k;
   const int64_t mc = std::min(bs.mc, (m + MR - 1) / MR * MR);
   const int64_t nc = std::min(bs.nc, (n + NR - 1) / NR * NR);
-  const int64_t kc = std::min(bs.kc, (k + KG - 1) / KG * KG);
+  const int64_t kc = balanced_k_block(k, bs.kc);
   auto* abuf = static_cast<PA*>(ws.a.get(sizeof(PA) * static_cast<size_t>(mc * kc)));
   auto* bbuf = static_cast<PB*>(ws.b.get(sizeof(PB) * static_cast<size_t>(nc * kc)));
   // int8: row sums of packed A, column sums of packed B, and the corrections built from them.

@@ -143,6 +143,16 @@ gemm_block_sizes gemm_blocks() {
   return {kc, mc, nc};
 }
 
+/// The depth of the k blocks for a product of depth k, given the cache-sized depth kc: equal
+/// blocks (a multiple of 16 and of the int8 group, at most 1.25 kc), never a thin last one.
+/// k = 384 with kc = 368 would otherwise leave a 16-deep block: a whole pass over C, and a
+/// micro-kernel call per tile, for 4% of the work.
+inline int64_t balanced_k_block(int64_t k, int64_t kc) {
+  const int64_t blocks = std::max<int64_t>(1, (k + kc + kc / 4 - 1) / (kc + kc / 4));
+  const int64_t depth = ((k + blocks - 1) / blocks + 15) / 16 * 16;
+  return std::min(depth, (k + 3) / 4 * 4);
+}
+
 /// A grow-only, 64-byte aligned scratch buffer; one per thread and role (packed A, packed B).
 class gemm_buffer {
  public:
