@@ -8,7 +8,7 @@
 #   scripts/gpu_check.sh run [BUNDLE] [OUT_DIR] [STEP...]   on the GPU machine
 #
 # STEPs (default: all), most wanted first: tests bench_accept memcheck conv_fwd train torch
-# racecheck synccheck example profile bench_rest conv_rest. bench_accept is bench_cuda's rows that the
+# racecheck synccheck example nccl profile bench_rest conv_rest. bench_accept is bench_cuda's rows that the
 # acceptance criteria read (copy ceiling, map, sum, tessera and cuBLAS GEMM), conv_fwd
 # bench_cuda_conv's forward rows against cuDNN, train bench_cuda_train, torch PyTorch's step;
 # bench_rest and conv_rest the other rows (tessera's design variants, the backward passes).
@@ -46,6 +46,9 @@ if [[ "$mode" == bundle ]]; then
   cp "$build/tests/cuda/tessera_cuda_tests" "$build/bench/bench_cuda" "$build/bench/bench_cuda_conv" \
     "$build/bench/bench_cuda_train" "$build/examples/fashion_mnist" \
     "$build/examples/fashion_mnist_cuda" "$dest/bin/"
+  # The NCCL group's suite (tests/dist/test_dist_nccl.cu), when the build has it: step nccl runs
+  # it as one rank where the GPU machine has an mpiexec (OpenMPI 4: libmpi.so.40).
+  [[ -x "$build/tests/cuda/test_dist_nccl" ]] && cp "$build/tests/cuda/test_dist_nccl" "$dest/bin/"
   cp bench/torch_cuda_step.py scripts/cuda_report.py "$dest/bin/"
   ldd "$dest"/bin/tessera_cuda_tests "$dest"/bin/bench_cuda* "$dest"/bin/fashion_mnist* |
     awk '/libbenchmark|libgomp/ { print $3 }' | sort -u |
@@ -121,8 +124,8 @@ racecheck_filter='CudaReduce*:CudaGemm/*:CudaGemmPipeline*:CudaGemmMma8*:CudaGem
 racecheck_filter+='CudaGemmWgmmaTma*:CudaConvChannelsLast*:CudaConvOps.Winograd*:CudaSoftmax*:'
 racecheck_filter+='CudaLoss*:CudaPool*'
 all_steps=(tests:150:60 bench_accept:150:60 memcheck:180:60 conv_fwd:100:40 train:60:30
-  torch:60:30 racecheck:240:60 synccheck:90:40 example:120:60 profile:150:40 bench_rest:300:60
-  conv_rest:300:60)
+  torch:60:30 racecheck:240:60 synccheck:90:40 example:120:60 nccl:60:20 profile:150:40
+  bench_rest:300:60 conv_rest:300:60)
 # profile: Nsight Compute's sections for the widest gaps to the anchors, one launch each:
 # PROGRAM|ROW FILTER|KERNEL REGEX|NAME (the regex may hold |, the filter not). The tf32 and
 # bf16 GEMMs of tessera and cuBLAS side by side, fp16 beside bf16, the depthwise convolution,
@@ -173,6 +176,14 @@ run_step() {  # run_step NAME: the command of step NAME
     example)
       "$bin/fashion_mnist_cuda" --device cuda --epochs 2 --save "$out/fashion_mnist_cuda.npz" &&
         "$bin/fashion_mnist" --epochs 2 --threads "$(nproc)" --save "$out/fashion_mnist_cpu.npz" ;;
+    nccl)
+      if [[ ! -x "$bin/test_dist_nccl" ]]; then
+        echo "test_dist_nccl is not in the bundle (the build found no MPI or no libnccl)"
+      elif command -v mpiexec >/dev/null; then
+        OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpiexec -n 1 "$bin/test_dist_nccl"
+      else
+        echo "no mpiexec on this machine: test_dist_nccl not run"
+      fi ;;
     *) echo "gpu_check: no step named $1" >&2; return 2 ;;
   esac
 }

@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "collective_values.hpp"
 #include "mpi_gtest.hpp"
 
 namespace ts = tessera;
@@ -20,127 +21,29 @@ using ts::dist::reduce_op;
 
 namespace {
 
+using collective_values::small;
 using mpi_gtest::world;
-
-// Values every dtype holds exactly, with sums and products over three ranks exact too.
-int small(int64_t i, int rank) { return static_cast<int>((i + rank) % 3); }
 
 template <class T>
 ts::Tensor<T, ts::cpu> rank_values(const ts::Shape& shape, int rank) {
-  ts::Tensor<T, ts::cpu> t(shape);
-  T* p = t.data();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(small(i, rank));
-  return t;
+  return collective_values::rank_values<T, ts::cpu>(shape, rank);
 }
-
-// A view over the same values that is not contiguous: the transpose of a [cols, rows] tensor.
 template <class T>
 ts::Tensor<T, ts::cpu> strided_values(int64_t rows, int64_t cols, int rank) {
-  ts::Tensor<T, ts::cpu> base(ts::Shape{cols, rows});
-  ts::Tensor<T, ts::cpu> view = base.transpose(0, 1);
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) view.at({i, j}) = static_cast<T>(small(i * cols + j, rank));
-  return view;
-}
-
-template <class T>
-double value_at(const ts::Tensor<T, ts::cpu>& t, int64_t i) {
-  return static_cast<double>(t.contiguous().data()[i]);
-}
-
-// What reducing small(i, r) over every rank gives.
-double reduced(int64_t i, int size, reduce_op op, bool is_bool, bool is_integral) {
-  std::vector<double> v;
-  for (int r = 0; r < size; ++r) v.push_back(small(i, r));
-  if (is_bool)
-    for (double& x : v) x = x != 0;
-  double sum = std::accumulate(v.begin(), v.end(), 0.0);
-  switch (op) {
-    case reduce_op::sum:
-      return is_bool ? (sum > 0) : sum;
-    case reduce_op::avg:
-      return is_integral ? std::trunc(sum / size) : sum / size;
-    case reduce_op::max:
-      return *std::max_element(v.begin(), v.end());
-    case reduce_op::min:
-      return *std::min_element(v.begin(), v.end());
-    case reduce_op::prod:
-      return std::accumulate(v.begin(), v.end(), 1.0, std::multiplies<>());
-  }
-  return 0;
+  return collective_values::strided_values<T, ts::cpu>(rows, cols, rank);
 }
 
 template <class T>
 class Collectives : public ::testing::Test {};
-using AllTypes = ::testing::Types<float, double, ts::half, ts::bfloat16, ts::float8_e4m3,
-                                  ts::float8_e5m2, int8_t, uint8_t, int32_t, int64_t, bool>;
+using collective_values::AllTypes;
 TYPED_TEST_SUITE(Collectives, AllTypes);
 
-// avg of small integers is not exact in the low-precision formats: one rounding of the result.
-template <class T>
-double tolerance(reduce_op op) {
-  if (op != reduce_op::avg || !ts::is_floating_v<T>) return 0;
-  if (std::is_same_v<T, double>) return 1e-15;
-  if (std::is_same_v<T, float>) return 1e-7;
-  return std::is_same_v<T, ts::float8_e4m3> || std::is_same_v<T, ts::float8_e5m2> ? 0.26 : 0.02;
-}
-
 TYPED_TEST(Collectives, AllReduceEveryOpAndLayout) {
-  using T = TypeParam;
-  auto& pg = world();
-  constexpr bool is_bool = std::is_same_v<T, bool>;
-  constexpr bool is_integral = !ts::is_floating_v<T>;
-  for (reduce_op op :
-       {reduce_op::sum, reduce_op::avg, reduce_op::max, reduce_op::min, reduce_op::prod}) {
-    if (is_bool && op == reduce_op::avg) {
-      auto t = rank_values<T>(ts::Shape{3}, pg.rank());
-      EXPECT_THROW(pg.all_reduce(t, op), ts::dist::dist_error);
-      continue;
-    }
-    for (int64_t n : {0, 1, 7, 4099}) {
-      auto t = rank_values<T>(ts::Shape{n}, pg.rank());
-      pg.all_reduce(t, op);
-      for (int64_t i = 0; i < n; ++i)
-        ASSERT_NEAR(value_at(t, i), reduced(i, pg.size(), op, is_bool, is_integral),
-                    tolerance<T>(op))
-            << "op " << ts::dist::reduce_op_name(op) << " n " << n << " at " << i;
-    }
-    // Not contiguous: the result lands in the view, the rest of the storage is untouched.
-    auto v = strided_values<T>(5, 3, pg.rank());
-    pg.all_reduce(v, op);
-    for (int64_t i = 0; i < 5; ++i)
-      for (int64_t j = 0; j < 3; ++j)
-        ASSERT_NEAR(static_cast<double>(v.at({i, j})),
-                    reduced(i * 3 + j, pg.size(), op, is_bool, is_integral), tolerance<T>(op));
-  }
+  collective_values::check_all_reduce<TypeParam, ts::cpu>(world());
 }
 
 TYPED_TEST(Collectives, BroadcastAllGatherReduceScatter) {
-  using T = TypeParam;
-  auto& pg = world();
-  const int root = pg.size() - 1;
-  for (int64_t n : {0, 1, 1031}) {
-    auto t = rank_values<T>(ts::Shape{n}, pg.rank());
-    pg.broadcast(t, root);
-    for (int64_t i = 0; i < n; ++i)
-      ASSERT_EQ(value_at(t, i), static_cast<double>(static_cast<T>(small(i, root))));
-
-    auto in = strided_values<T>(2, n, pg.rank());  // [2, n], not contiguous
-    ts::Tensor<T, ts::cpu> out(ts::Shape{pg.size(), 2, n});
-    pg.all_gather(out, in);
-    for (int r = 0; r < pg.size(); ++r)
-      for (int64_t k = 0; k < 2 * n; ++k)
-        ASSERT_EQ(value_at(out.select(0, r).reshape({-1}), k),
-                  static_cast<double>(static_cast<T>(small(k, r))));
-
-    // reduce_scatter: rank q gets the sum over ranks of their in[q].
-    auto whole = rank_values<T>(ts::Shape{pg.size(), n}, pg.rank());
-    ts::Tensor<T, ts::cpu> part = ts::zeros<T, ts::cpu>(ts::Shape{n});
-    pg.reduce_scatter(part, whole, reduce_op::max);
-    for (int64_t i = 0; i < n; ++i)
-      ASSERT_EQ(value_at(part, i), reduced(pg.rank() * n + i, pg.size(), reduce_op::max,
-                                           std::is_same_v<T, bool>, !ts::is_floating_v<T>));
-  }
+  collective_values::check_broadcast_gather_scatter<TypeParam, ts::cpu>(world());
 }
 
 TYPED_TEST(Collectives, SendRecvRing) {

@@ -14,11 +14,14 @@
 // order backward produces them. A bucket's all-reduce starts during backward as soon as its last
 // gradient is ready (autograd's grad-ready hooks), so it overlaps with the rest of backward.
 // no_sync() skips the all-reduce, for gradient accumulation over several micro-batches.
+// A module on CUDA tensors trains over an NcclGroup (nccl_group.hpp) instead of the
+// ProcessGroup: `ts::dist::DataParallel dp(model, nccl);`.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -32,7 +35,9 @@ namespace dist {
 /// shared, not copied: train it, save it and give its parameters to the optimizer as usual.
 /// Construction is collective (every rank constructs its DataParallel with the same model
 /// structure); it throws dist_error when the ranks' parameters differ in number or shapes.
-template <class M>
+/// G, the group the gradients travel over: ProcessGroup (MPI, host tensors) or NcclGroup
+/// (CUDA tensors); any type with the same all_reduce_async, broadcast, size and rank.
+template <class M, class G = ProcessGroup>
 class DataParallel {
  public:
   using T = typename M::value_type;
@@ -40,7 +45,7 @@ class DataParallel {
   using variable = Variable<T, B>;
   static constexpr int64_t default_bucket_bytes = int64_t{25} << 20;
 
-  DataParallel(M module, ProcessGroup group, int64_t bucket_bytes = default_bucket_bytes)
+  DataParallel(M module, G group, int64_t bucket_bytes = default_bucket_bytes)
       : module_(std::move(module)), s_(std::make_unique<state>(std::move(group))) {
     constexpr std::string_view op = "dist::DataParallel";
     if (bucket_bytes < 1)
@@ -68,7 +73,8 @@ class DataParallel {
   variable operator()(const variable& x) { return module_.forward(x); }
   variable operator()(const Tensor<T, B>& x) { return module_.forward(variable(x)); }
   M& module() { return module_; }
-  const ProcessGroup& process_group() const { return s_->group; }
+  /// The group the gradients travel over.
+  const G& process_group() const { return s_->group; }
   std::vector<variable> parameters() const { return module_.parameters(); }
 
   /// While the returned scope lives, backward accumulates gradients locally without any
@@ -113,8 +119,8 @@ class DataParallel {
   };
 
   struct state {
-    explicit state(ProcessGroup g) : group(std::move(g)) {}
-    ProcessGroup group;
+    explicit state(G g) : group(std::move(g)) {}
+    G group;
     std::vector<variable> params;
     std::vector<std::string> names;
     std::vector<uint64_t> hook_keys;
@@ -196,14 +202,23 @@ class DataParallel {
       mix(static_cast<uint64_t>(p.rank()));
       for (int d = 0; d < p.rank(); ++d) mix(static_cast<uint64_t>(p.size(d)));
     }
+    // Host tensors, over MPI: an NCCL group compares through the process group it came from.
+    const ProcessGroup& host = host_group();
     Tensor<int64_t, cpu> mine = full<int64_t, cpu>(Shape{1}, static_cast<int64_t>(h));
-    Tensor<int64_t, cpu> all = empty<int64_t, cpu>(Shape{s_->group.size(), 1});
-    s_->group.all_gather(all, mine);
-    for (int r = 0; r < s_->group.size(); ++r)
+    Tensor<int64_t, cpu> all = empty<int64_t, cpu>(Shape{host.size(), 1});
+    host.all_gather(all, mine);
+    for (int r = 0; r < host.size(); ++r)
       if (all.data()[r] != mine.data()[0])
         tessera::detail::fail<dist_error>(
-            op, "rank ", r, "'s model differs from rank ", s_->group.rank(),
+            op, "rank ", r, "'s model differs from rank ", host.rank(),
             "'s (parameter count or shapes; this rank has ", s_->params.size(), " parameters)");
+  }
+
+  const ProcessGroup& host_group() const {
+    if constexpr (std::is_same_v<G, ProcessGroup>)
+      return s_->group;
+    else
+      return s_->group.process_group();
   }
 
   // Reverse registration order, a new bucket when the next gradient would pass bucket_bytes.

@@ -74,6 +74,8 @@ struct group_state {
   std::string abort_message;
   std::vector<MPI_Request> abort_sends;
   bool aborted = false;
+  // Run once when the group breaks: what else must stop then (an NCCL communicator's kernels).
+  std::vector<std::function<void()>> break_hooks;
 
   group_state() = default;
   group_state(const group_state&) = delete;
@@ -93,9 +95,15 @@ struct group_state {
     if (!broken.empty())
       tessera::detail::fail<dist_error>(op, "the process group is broken: ", broken);
   }
+  /// Marks the group broken (the first reason stays) and runs the break hooks, once.
+  void mark_broken(const std::string& why) {
+    if (!broken.empty()) return;
+    broken = why;
+    for (auto& hook : std::exchange(break_hooks, {})) hook();
+  }
   /// Marks the group broken and throws dist_error(op: what).
   [[noreturn]] void fail(std::string_view op, const std::string& what) {
-    if (broken.empty()) broken = std::string(op) + ": " + what;
+    mark_broken(std::string(op) + ": " + what);
     tessera::detail::fail<dist_error>(op, what);
   }
   /// Throws when another rank has sent an abort notice.
@@ -132,13 +140,19 @@ struct group_state {
   /// another rank, or no completion within the timeout. statuses: one per request, or empty.
   void wait_all(std::vector<MPI_Request>& reqs, std::string_view op,
                 std::vector<MPI_Status>* statuses = nullptr) {
+    wait_until([&] { return test_all(reqs, statuses, op); }, op);
+  }
+  /// Calls done() until it returns true (it may throw): throws dist_error on an abort notice
+  /// from another rank, or when done() stays false for the timeout.
+  template <class Done>
+  void wait_until(Done&& done, std::string_view op) {
     const auto start = std::chrono::steady_clock::now();
     // MPI moves a nonblocking operation's data only inside MPI calls, so the loop keeps testing
     // (a sleep between tests stalled a 256 MiB all_reduce 2x). The abort notices and the clock
     // are checked every 64 tests; after a second of waiting, which means a slow or failed rank
     // rather than a long transfer, it sleeps 50 us between tests and leaves the core to others.
     for (uint64_t spin = 1;; ++spin) {
-      if (test_all(reqs, statuses, op)) return;
+      if (done()) return;
       if (spin % 64 != 0) continue;
       poll_aborts(op);
       const auto waited = std::chrono::steady_clock::now() - start;
@@ -217,26 +231,38 @@ call_desc describe_call(call_kind call, const Tensor<T, B>& t, int64_t arg) {
 }
 
 /// The state of one asynchronous operation: its requests, the tensors they use (kept alive by
-/// finish's captures) and what runs once they complete (copy back, average, checks).
+/// finish's captures) and what runs once they complete (copy back, average, checks). An NCCL
+/// operation has no requests but `ready`, which says whether its stream has run it.
 struct work_state {
   std::shared_ptr<group_state> group;
   std::string op;
   std::vector<MPI_Request> reqs;
   std::vector<MPI_Status> statuses;
+  std::function<bool()> ready;
   std::function<void(work_state&)> finish;
   bool done = false;
+
+  /// Whether the operation has completed (progressing it); throws as wait_until does.
+  bool test() { return ready ? ready() : group->test_all(reqs, &statuses, op); }
+  /// Blocks until it completes, with the group's timeout.
+  void wait() {
+    if (ready)
+      group->wait_until(ready, op);
+    else
+      group->wait_all(reqs, op, &statuses);
+  }
 
   ~work_state() {
     // MPI may still write into the buffers until the requests complete: wait, never throw. On
     // a broken group they may never complete, so the buffers (held by finish) are kept for the
     // rest of the process instead.
-    if (done || reqs.empty()) return;
+    if (done || (reqs.empty() && !ready)) return;
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;
     if (group->broken.empty()) {
       try {
-        group->wait_all(reqs, op, &statuses);
+        wait();
         return;
       } catch (...) {
       }
@@ -310,13 +336,13 @@ class Work {
   /// a mismatch found when it completes.
   void wait() {
     if (!s_ || s_->done) return;
-    s_->group->wait_all(s_->reqs, s_->op, &s_->statuses);
+    s_->wait();
     s_->complete();
   }
   /// Progresses the operation; true once it has completed (and its result is visible).
   bool test() {
     if (!s_ || s_->done) return true;
-    if (!s_->group->test_all(s_->reqs, &s_->statuses, s_->op)) {
+    if (!s_->test()) {
       s_->group->poll_aborts(s_->op);
       return false;
     }
@@ -329,8 +355,11 @@ class Work {
   std::shared_ptr<detail::work_state> s_;
 };
 
+class NcclGroup;
+
 /// The processes of an MPI job (a communicator), with collectives on CPU tensors. A handle:
 /// copies share the group. Make one with dist::init(), or over a communicator of your own.
+/// NcclGroup (nccl_group.hpp) runs the same collectives on CUDA tensors over the same ranks.
 class ProcessGroup {
  public:
   /// A group over a duplicate of comm (MPI must be initialised): its messages never mix with
@@ -490,7 +519,7 @@ class ProcessGroup {
   void barrier() const { barrier_async().wait(); }
   Work barrier_async() const {
     constexpr std::string_view name = "dist::barrier";
-    g_->check_usable(name);
+    start_call(name);
     if (g_->opts.check_calls) {
       detail::call_desc d;
       d.call = detail::c_barrier;
@@ -572,7 +601,7 @@ class ProcessGroup {
   void abort(std::string_view reason) const {
     if (g_->aborted) return;  // once: a group broken by a timeout can still tell the others
     g_->aborted = true;
-    if (g_->broken.empty()) g_->broken = "this rank aborted: " + std::string(reason);
+    g_->mark_broken("this rank aborted: " + std::string(reason));
     g_->abort_message = reason;
     for (int r = 0; r < g_->size; ++r) {
       if (r == g_->rank) continue;
@@ -588,15 +617,17 @@ class ProcessGroup {
   MPI_Comm comm() const { return g_->comm; }
 
  private:
+  friend class NcclGroup;  // shares the state, the checks and the call descriptions
   template <class B>
   static void host_only() {
     static_assert(backend::memory<B>::host_accessible,
                   "tessera::dist: the MPI process group takes tensors in host memory; device "
                   "tensors need the NCCL backend");
   }
+  void start_call(std::string_view op) const { g_->check_usable(op); }
   template <class T, class B>
   void start(std::string_view op, const Tensor<T, B>& t) const {
-    g_->check_usable(op);
+    start_call(op);
     t.check_defined(op);
   }
   void check_rank(std::string_view op, const char* what, int r) const {
