@@ -66,8 +66,10 @@ TEST(Dist, AsyncWorksCompleteInAnyOrder) {
   auto& pg = world();
   std::vector<ts::Tensor<float, ts::cpu>> ts_;
   std::vector<ts::dist::Work> works;
+  // Small ones (one MPI_Iallreduce) and large ones (rings of messages) in flight together.
   for (int k = 0; k < 6; ++k) {
-    ts_.push_back(ts::full<float, ts::cpu>(ts::Shape{1000 + k}, static_cast<float>(pg.rank() + k)));
+    const int64_t n = 1000 + k + (k % 2) * 300000;
+    ts_.push_back(ts::full<float, ts::cpu>(ts::Shape{n}, static_cast<float>(pg.rank() + k)));
     works.push_back(pg.all_reduce_async(ts_.back()));
   }
   // Waited for last first; test() polls the rest to completion.
@@ -79,6 +81,28 @@ TEST(Dist, AsyncWorksCompleteInAnyOrder) {
   for (int k = 0; k < 6; ++k)
     EXPECT_EQ(ts_[static_cast<size_t>(k)].data()[999], ranks + static_cast<float>(pg.size() * k));
   pg.barrier();
+}
+
+// The ring all-reduce (large tensors) reduces each chunk once and sends the result on: every
+// rank gets the same bits, the sum to float rounding.
+TEST(Dist, LargeAllReduceGivesEveryRankTheSameBits) {
+  auto& pg = world();
+  for (int64_t n : {int64_t{1025}, int64_t{100003}, int64_t{1} << 20}) {
+    ts::Generator gen(static_cast<uint64_t>(100 + pg.rank()));
+    auto t = ts::randn<float, ts::cpu>(ts::Shape{n}, gen);
+    auto all = ts::empty<float, ts::cpu>(ts::Shape{pg.size(), n});
+    pg.all_gather(all, t);
+    std::vector<double> want(static_cast<size_t>(n), 0.0);
+    for (int r = 0; r < pg.size(); ++r)
+      for (int64_t i = 0; i < n; ++i) want[static_cast<size_t>(i)] += all.data()[r * n + i];
+    pg.all_reduce(t);
+    pg.all_gather(all, t);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(t.data()[i], want[static_cast<size_t>(i)], 1e-5) << "n " << n << " at " << i;
+      for (int r = 0; r < pg.size(); ++r)
+        ASSERT_EQ(all.data()[r * n + i], t.data()[i]) << "rank " << r << " n " << n;
+    }
+  }
 }
 
 TEST(Dist, RanksThatDisagreeAllGetAnError) {
@@ -126,14 +150,12 @@ TEST(Dist, BadArgumentsAreRefusedLocally) {
   EXPECT_THROW(pg.all_reduce(ts::Tensor<float, ts::cpu>()), ts::error);
 }
 
-// A rank that fails mid-step tells the others, which get an error at once instead of hanging.
-TEST(Dist, AbortReachesEveryRank) {
-  if (world().size() < 2) GTEST_SKIP() << "needs two ranks";
+void check_abort_reaches_every_rank(int64_t n) {
   ts::dist::options opts;
   opts.timeout = std::chrono::seconds(20);
   ts::dist::ProcessGroup pg(MPI_COMM_WORLD, opts);
   const int failing = pg.size() - 1;
-  auto t = ts::ones<float, ts::cpu>(ts::Shape{8});
+  auto t = ts::ones<float, ts::cpu>(ts::Shape{n});
   const auto start = std::chrono::steady_clock::now();
   if (pg.rank() == failing) {
     try {
@@ -144,7 +166,8 @@ TEST(Dist, AbortReachesEveryRank) {
     EXPECT_THROW(pg.all_reduce(t), ts::dist::dist_error);  // broken here too
   } else {
     try {
-      pg.all_reduce(t);
+      // Without the call check, so that the collective itself is what waits for the peer.
+      pg.all_reduce_async(t, ts::dist::reduce_op::sum, /*check_call=*/false).wait();
       FAIL() << "no error";
     } catch (const ts::dist::dist_error& e) {
       const std::string what = e.what();
@@ -158,22 +181,32 @@ TEST(Dist, AbortReachesEveryRank) {
   world().barrier();
 }
 
+// A rank that fails mid-step tells the others, which get an error at once instead of hanging.
+TEST(Dist, AbortReachesEveryRank) {
+  if (world().size() < 2) GTEST_SKIP() << "needs two ranks";
+  // 8 values: one MPI_Iallreduce; 2^16: a ring of messages (ring_all_reduce.hpp).
+  for (int64_t n : {int64_t{8}, int64_t{1} << 16}) check_abort_reaches_every_rank(n);
+}
+
 TEST(Dist, SilentRankTimesOut) {
   if (world().size() < 2) GTEST_SKIP() << "needs two ranks";
   ts::dist::options opts;
   opts.timeout = std::chrono::milliseconds(300);
   opts.check_calls = false;
-  ts::dist::ProcessGroup pg(MPI_COMM_WORLD, opts);
-  if (pg.rank() == 0) {
-    auto t = ts::ones<float, ts::cpu>(ts::Shape{8});
-    try {
-      pg.all_reduce(t);
-      FAIL() << "no error";
-    } catch (const ts::dist::dist_error& e) {
-      EXPECT_NE(std::string(e.what()).find("timeout"), std::string::npos) << e.what();
+  // 8 values: one MPI_Iallreduce; 2^16: a ring of messages.
+  for (int64_t n : {int64_t{8}, int64_t{1} << 16}) {
+    ts::dist::ProcessGroup pg(MPI_COMM_WORLD, opts);
+    if (pg.rank() == 0) {
+      auto t = ts::ones<float, ts::cpu>(ts::Shape{n});
+      try {
+        pg.all_reduce(t);
+        FAIL() << "no error";
+      } catch (const ts::dist::dist_error& e) {
+        EXPECT_NE(std::string(e.what()).find("timeout"), std::string::npos) << e.what();
+      }
     }
+    world().barrier();
   }
-  world().barrier();
 }
 
 // ---- DataParallel ----
