@@ -454,6 +454,7 @@ inline ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, nc
     MPI_Iallgather(send, static_cast<int>(bytes), MPI_BYTE, all->data(), static_cast<int>(bytes),
                    MPI_BYTE, c->mpi, e::slot(reqs));
     return [=] {
+      if (bytes == 0) return ncclSuccess;  // the buffers may be null
       std::memcpy(recv, all->data(), bytes);
       for (int r = 1; r < c->size; ++r)
         e::reduce(recv, all->data() + bytes * static_cast<size_t>(r), count, type, op);
@@ -469,7 +470,7 @@ inline ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, nc
     return ncclInvalidArgument;
   return e::issue(c, stream, [=](std::vector<MPI_Request>& reqs) -> e::posted {
     const size_t bytes = count * e::type_size(type);
-    if (c->rank == root && send != recv) std::memmove(recv, send, bytes);
+    if (c->rank == root && send != recv && bytes > 0) std::memmove(recv, send, bytes);
     MPI_Ibcast(recv, static_cast<int>(bytes), MPI_BYTE, root, c->mpi, e::slot(reqs));
     return nullptr;
   });
@@ -503,6 +504,7 @@ inline ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count
                    MPI_BYTE, c->mpi, e::slot(reqs));
     return [=] {
       const size_t at = bytes * static_cast<size_t>(c->rank);
+      if (bytes == 0) return ncclSuccess;  // the buffers may be null
       std::memcpy(recv, all->data() + at, bytes);
       for (int r = 1; r < c->size; ++r)
         e::reduce(recv, all->data() + whole * static_cast<size_t>(r) + at, count, type, op);
