@@ -93,7 +93,8 @@ std::vector<double> host_values(const ts::Tensor<T, B>& t) {
   return v;
 }
 
-/// all_reduce with every op, on sizes 0, 1, odd and a few thousand, and on a strided view.
+/// all_reduce with every op, on sizes 0, 1, odd, a few thousand and a few hundred thousand,
+/// and on a strided view.
 template <class T, class B, class Group>
 void check_all_reduce(const Group& g) {
   constexpr bool is_bool = std::is_same_v<T, bool>;
@@ -105,7 +106,8 @@ void check_all_reduce(const Group& g) {
       EXPECT_THROW(g.all_reduce(t, op), ts::dist::dist_error);
       continue;
     }
-    for (int64_t n : {0, 1, 7, 4099}) {
+    // 300007 values pass ProcessGroup's ring threshold (256 KiB) even as bytes.
+    for (int64_t n : {0, 1, 7, 4099, 300007}) {
       auto t = rank_values<T, B>(ts::Shape{n}, g.rank());
       g.all_reduce(t, op);
       const auto got = host_values(t);

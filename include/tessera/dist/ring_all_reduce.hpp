@@ -83,70 +83,68 @@ class ring_all_reduce {
   }
 
   // Sends every segment of this step's chunk; receives them in order: straight into place in
-  // the all-gather, through the two scratch slots in the reduce-scatter.
+  // the all-gather, through the two scratch slots in the reduce-scatter. reqs_ holds the
+  // receives first (the two slots, or one per segment), then the sends: one MPI call tests them
+  // all (each test runs MPI's progress engine, which costs when many rings are in flight).
   void start_step(std::string_view op) {
     const int next = wrap(rank_ + 1), prev = wrap(rank_ - 1);
     const int s = send_chunk(), r = recv_chunk();
-    sends_.assign(static_cast<size_t>(segments(s)), MPI_REQUEST_NULL);
+    const int64_t recvs = reducing() ? 2 : segments(r);
+    reqs_.assign(static_cast<size_t>(recvs + segments(s)), MPI_REQUEST_NULL);
     for (int64_t j = 0; j < segments(s); ++j)
       check_mpi(MPI_Isend(at(s, j * segment_), static_cast<int>(segment_count(s, j)), type_, next,
-                          tag_, comm_, &sends_[static_cast<size_t>(j)]),
+                          tag_, comm_, &reqs_[static_cast<size_t>(recvs + j)]),
                 op, "MPI_Isend");
     next_recv_ = 0;
     if (reducing()) {
       for (int slot = 0; slot < 2; ++slot) post_scratch_recv(op, slot, prev);
     } else {
-      recvs_.assign(static_cast<size_t>(segments(r)), MPI_REQUEST_NULL);
       for (int64_t j = 0; j < segments(r); ++j)
         check_mpi(MPI_Irecv(at(r, j * segment_), static_cast<int>(segment_count(r, j)), type_, prev,
-                            tag_, comm_, &recvs_[static_cast<size_t>(j)]),
+                            tag_, comm_, &reqs_[static_cast<size_t>(j)]),
                   op, "MPI_Irecv");
     }
     started_ = true;
   }
   void post_scratch_recv(std::string_view op, int slot, int prev) {
     const int r = recv_chunk();
-    slot_req_[slot] = MPI_REQUEST_NULL;
     if (next_recv_ >= segments(r)) return;
     slot_segment_[slot] = next_recv_++;
     check_mpi(MPI_Irecv(tmp_.get() + slot * segment_ * elem_,
                         static_cast<int>(segment_count(r, slot_segment_[slot])), type_, prev, tag_,
-                        comm_, &slot_req_[slot]),
+                        comm_, &reqs_[static_cast<size_t>(slot)]),
               op, "MPI_Irecv");
   }
   // Whether the step is complete; reduces each scratch segment as it arrives.
   bool advance_step(std::string_view op) {
-    bool received = true;
-    if (reducing()) {
-      const int r = recv_chunk(), prev = wrap(rank_ - 1);
-      for (bool moved = true; moved;) {
-        moved = false;
-        for (int slot = 0; slot < 2; ++slot) {
-          if (slot_req_[slot] == MPI_REQUEST_NULL) continue;
-          int done = 0;
-          check_mpi(MPI_Test(&slot_req_[slot], &done, MPI_STATUS_IGNORE), op, "MPI_Test");
-          if (!done) continue;
-          const int64_t j = slot_segment_[slot];
-          check_mpi(MPI_Reduce_local(tmp_.get() + slot * segment_ * elem_, at(r, j * segment_),
-                                     static_cast<int>(segment_count(r, j)), type_, op_),
-                    op, "MPI_Reduce_local");
-          post_scratch_recv(op, slot, prev);
-          moved = true;
-        }
-      }
-      received = slot_req_[0] == MPI_REQUEST_NULL && slot_req_[1] == MPI_REQUEST_NULL;
-    } else {
+    const int n = static_cast<int>(reqs_.size());
+    if (!reducing()) {
       int done = 0;
-      check_mpi(
-          MPI_Testall(static_cast<int>(recvs_.size()), recvs_.data(), &done, MPI_STATUSES_IGNORE),
-          op, "MPI_Testall");
-      received = done != 0;
+      check_mpi(MPI_Testall(n, reqs_.data(), &done, MPI_STATUSES_IGNORE), op, "MPI_Testall");
+      return done != 0;
     }
-    int sent = 0;
-    check_mpi(
-        MPI_Testall(static_cast<int>(sends_.size()), sends_.data(), &sent, MPI_STATUSES_IGNORE), op,
-        "MPI_Testall");
-    return received && sent;
+    const int r = recv_chunk(), prev = wrap(rank_ - 1);
+    done_.resize(reqs_.size());
+    for (bool moved = true; moved;) {
+      moved = false;
+      int completed = 0;
+      check_mpi(MPI_Testsome(n, reqs_.data(), &completed, done_.data(), MPI_STATUSES_IGNORE), op,
+                "MPI_Testsome");
+      if (completed == MPI_UNDEFINED) return true;  // every request has completed
+      for (int k = 0; k < completed; ++k) {
+        const int slot = done_[static_cast<size_t>(k)];
+        if (slot >= 2) continue;  // a send
+        const int64_t j = slot_segment_[slot];
+        check_mpi(MPI_Reduce_local(tmp_.get() + slot * segment_ * elem_, at(r, j * segment_),
+                                   static_cast<int>(segment_count(r, j)), type_, op_),
+                  op, "MPI_Reduce_local");
+        post_scratch_recv(op, slot, prev);
+        moved = true;
+      }
+    }
+    for (const MPI_Request& q : reqs_)
+      if (q != MPI_REQUEST_NULL) return false;
+    return true;
   }
 
   MPI_Comm comm_;
@@ -157,9 +155,9 @@ class ring_all_reduce {
   MPI_Op op_;
   int64_t elem_, segment_;  // segment_: values per segment
   int tag_;
-  std::unique_ptr<char[]> tmp_;  // two segments
-  std::vector<MPI_Request> sends_, recvs_;
-  MPI_Request slot_req_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  std::unique_ptr<char[]> tmp_;    // two segments
+  std::vector<MPI_Request> reqs_;  // this step's receives, then its sends
+  std::vector<int> done_;          // MPI_Testsome's completed indices
   int64_t slot_segment_[2] = {0, 0};
   int64_t next_recv_ = 0;  // the next segment of the chunk to post a scratch receive for
   int step_ = 0;
