@@ -247,8 +247,9 @@ call_desc describe_call(call_kind call, const Tensor<T, B>& t, int64_t arg) {
 }
 
 /// The state of one asynchronous operation: its requests, the tensors they use (kept alive by
-/// finish's captures) and what runs once they complete (copy back, average, checks). An NCCL
-/// operation has no requests but `ready`, which says whether its stream has run it.
+/// finish's captures) and what runs once they complete (copy back, average, checks). A ring
+/// all-reduce or an NCCL operation has no requests but `ready`, which advances it (the ring) or
+/// asks its stream (NCCL) and says whether it has completed.
 struct work_state {
   std::shared_ptr<group_state> group;
   std::string op;
