@@ -270,7 +270,7 @@ class NcclGroup {
                                      s_->comm, cuda_stream()),
                        name, "ncclAllGather");
     dst->publish();
-    return queued(name, std::make_shared<keep2<T>>(src, dst));
+    return queued(name, src, dst);
   }
 
   /// Reduces in, shaped [size(), out's shape...], across the ranks and gives rank r the
@@ -300,7 +300,7 @@ class NcclGroup {
                        name, "ncclReduceScatter");
     if (op == reduce_op::avg) divide_integers(dst->buf);
     dst->publish();
-    return queued(name, std::make_shared<keep2<T>>(src, dst));
+    return queued(name, src, dst);
   }
 
   /// Returns once every rank has reached it and the work queued before it on this thread's
@@ -365,13 +365,6 @@ class NcclGroup {
 
  private:
   template <class T>
-  struct keep2 {
-    std::shared_ptr<detail::staged<T, cuda>> a, b;
-    keep2(std::shared_ptr<detail::staged<T, cuda>> x, std::shared_ptr<detail::staged<T, cuda>> y)
-        : a(std::move(x)), b(std::move(y)) {}
-  };
-
-  template <class T>
   void start(std::string_view op, const Tensor<T, cuda>& t) const {
     pg_.start(op, t);
     if (s_->aborted) tessera::detail::fail<dist_error>(op, "the NCCL communicator was aborted");
@@ -388,14 +381,14 @@ class NcclGroup {
 
   /// A Work that completes when what is queued on the current stream so far has run. `keep`
   /// holds the buffers the queued work uses until then.
-  template <class Keep>
-  Work queued(std::string_view op, std::shared_ptr<Keep> keep) const {
+  template <class... Keep>
+  Work queued(std::string_view op, std::shared_ptr<Keep>... keep) const {
     auto ev = std::make_shared<detail::recorded_event>(cuda_stream());
     auto w = std::make_shared<detail::work_state>();
     w->group = pg_.g_;
     w->op = op;
     w->ready = [g = pg_.g_, s = s_, ev, op] { return s->poll(*g, ev->e, op); };
-    w->finish = [keep](detail::work_state&) {};
+    w->finish = [keep...](detail::work_state&) {};
     return Work(std::move(w));
   }
 
@@ -427,13 +420,9 @@ class NcclGroup {
     g.wait_all(headers, name);
     // A tensor of another dtype or shape is still received (into scratch memory), so that the
     // sender's NCCL send completes; then the mismatch is reported here.
-    std::string mismatch;
-    if (in) {
-      const detail::call_desc expected = detail::describe_call(detail::c_send, *in, tag);
-      if (std::memcmp(got.get(), &expected, sizeof(expected)) != 0)
-        mismatch = "rank " + std::to_string(src) + " sent " + detail::describe_tensor(*got) +
-                   " but this rank receives into " + detail::describe_tensor(expected);
-    }
+    const std::string mismatch =
+        in ? detail::recv_mismatch(*got, detail::describe_call(detail::c_send, *in, tag), src)
+           : std::string();
     auto src_buf = out ? std::make_shared<detail::staged<T, cuda>>(*out, true) : nullptr;
     auto dst_buf =
         in && mismatch.empty() ? std::make_shared<detail::staged<T, cuda>>(*in, false) : nullptr;
@@ -461,7 +450,7 @@ class NcclGroup {
       tessera::detail::fail<dist_error>("dist::recv", mismatch);
     }
     if (dst_buf) dst_buf->publish();
-    return queued(name, std::make_shared<keep2<T>>(src_buf, dst_buf));
+    return queued(name, src_buf, dst_buf);
   }
 
   ProcessGroup pg_;

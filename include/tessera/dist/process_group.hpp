@@ -234,6 +234,13 @@ inline std::string describe(const call_desc& d) {
   return os.str();
 }
 
+/// Empty when a receive into `expected` matches what rank src `sent`; else why not.
+inline std::string recv_mismatch(const call_desc& sent, const call_desc& expected, int src) {
+  if (std::memcmp(&sent, &expected, sizeof(sent)) == 0) return {};
+  return "rank " + std::to_string(src) + " sent " + describe_tensor(sent) +
+         " but this rank receives into " + describe_tensor(expected);
+}
+
 template <element_type T, backend_tag B>
 call_desc describe_call(call_kind call, const Tensor<T, B>& t, int64_t arg) {
   call_desc d;
@@ -456,8 +463,8 @@ class ProcessGroup {
       g_->rings.push_back(ring);
       w->ready = [ring, g = g_.get(), name] {
         try {
-          g->progress_rings(name);
-          return ring->progress(name);
+          g->progress_rings(name);  // this ring is one of them, until it is done
+          return ring->done();
         } catch (const dist_error& e) {
           g->mark_broken(e.what());
           throw;
@@ -631,12 +638,8 @@ class ProcessGroup {
                       name, "MPI_Irecv");
     auto expected = detail::describe_call(detail::c_send, t, tag);
     w->finish = [header, s, expected, src](detail::work_state& ws) {
-      detail::call_desc sent = *header;
-      if (std::memcmp(&sent, &expected, sizeof(sent)) != 0) {
-        tessera::detail::fail<dist_error>(
-            "dist::recv", "rank ", src, " sent ", detail::describe_tensor(sent),
-            " but this rank receives into ", detail::describe_tensor(expected));
-      }
+      if (const std::string why = detail::recv_mismatch(*header, expected, src); !why.empty())
+        tessera::detail::fail<dist_error>("dist::recv", why);
       if (ws.statuses[1].MPI_ERROR != MPI_SUCCESS)
         detail::check_mpi(ws.statuses[1].MPI_ERROR, "dist::recv", "MPI_Irecv");
       s->publish();

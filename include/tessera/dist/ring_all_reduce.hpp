@@ -52,8 +52,7 @@ class ring_all_reduce {
   /// Advances as far as the messages allow; true once every rank's data holds the result.
   /// Throws dist_error (naming op) on an MPI error.
   bool progress(std::string_view op) {
-    const int steps = 2 * (size_ - 1);
-    while (step_ < steps) {
+    while (!done()) {
       if (!started_) start_step(op);
       if (!advance_step(op)) return false;
       started_ = false;
@@ -61,6 +60,7 @@ class ring_all_reduce {
     }
     return true;
   }
+  bool done() const { return step_ == 2 * (size_ - 1); }
 
  private:
   // Chunk c: values [c * count / P, (c + 1) * count / P).

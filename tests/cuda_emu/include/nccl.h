@@ -186,82 +186,72 @@ void reduce_as(void* acc, const void* in, size_t n, ncclRedOp_t op) {
     a[i] = static_cast<T>(r);
   }
 }
-template <class T>
-void divide_as(void* acc, size_t n, int by) {
-  auto* a = static_cast<T*>(acc);
-  using W = std::conditional_t<std::is_same_v<T, double>, double, float>;
-  for (size_t i = 0; i < n; ++i) a[i] = static_cast<T>(static_cast<W>(a[i]) / static_cast<W>(by));
-}
-inline ncclResult_t reduce(void* acc, const void* in, size_t n, ncclDataType_t t, ncclRedOp_t op) {
+
+/// Calls f.template operator()<T>() with the C++ type of t; ncclInvalidArgument for none.
+template <class F>
+ncclResult_t with_type(ncclDataType_t t, F&& f) {
   namespace ts = tessera;
   switch (t) {
     case ncclInt8:
-      reduce_as<int8_t>(acc, in, n, op);
+      f.template operator()<int8_t>();
       break;
     case ncclUint8:
-      reduce_as<uint8_t>(acc, in, n, op);
+      f.template operator()<uint8_t>();
       break;
     case ncclInt32:
-      reduce_as<int32_t>(acc, in, n, op);
+      f.template operator()<int32_t>();
       break;
     case ncclUint32:
-      reduce_as<uint32_t>(acc, in, n, op);
+      f.template operator()<uint32_t>();
       break;
     case ncclInt64:
-      reduce_as<int64_t>(acc, in, n, op);
+      f.template operator()<int64_t>();
       break;
     case ncclUint64:
-      reduce_as<uint64_t>(acc, in, n, op);
+      f.template operator()<uint64_t>();
       break;
     case ncclFloat16:
-      reduce_as<ts::half>(acc, in, n, op);
+      f.template operator()<ts::half>();
       break;
     case ncclFloat32:
-      reduce_as<float>(acc, in, n, op);
+      f.template operator()<float>();
       break;
     case ncclFloat64:
-      reduce_as<double>(acc, in, n, op);
+      f.template operator()<double>();
       break;
     case ncclBfloat16:
-      reduce_as<ts::bfloat16>(acc, in, n, op);
+      f.template operator()<ts::bfloat16>();
       break;
     case ncclFloat8e4m3:
-      reduce_as<ts::float8_e4m3>(acc, in, n, op);
+      f.template operator()<ts::float8_e4m3>();
       break;
     case ncclFloat8e5m2:
-      reduce_as<ts::float8_e5m2>(acc, in, n, op);
+      f.template operator()<ts::float8_e5m2>();
       break;
     default:
       return ncclInvalidArgument;
   }
   return ncclSuccess;
 }
-/// ncclAvg's last step; NCCL defines avg for floating types only.
+
+inline ncclResult_t reduce(void* acc, const void* in, size_t n, ncclDataType_t t, ncclRedOp_t op) {
+  return with_type(t, [&]<class T>() { reduce_as<T>(acc, in, n, op); });
+}
+/// ncclAvg's last step: the sum divided by the ranks, in float (double for double). NCCL
+/// averages floating types only.
 inline ncclResult_t divide(void* acc, size_t n, ncclDataType_t t, int by) {
-  namespace ts = tessera;
-  switch (t) {
-    case ncclFloat16:
-      divide_as<ts::half>(acc, n, by);
-      break;
-    case ncclFloat32:
-      divide_as<float>(acc, n, by);
-      break;
-    case ncclFloat64:
-      divide_as<double>(acc, n, by);
-      break;
-    case ncclBfloat16:
-      divide_as<ts::bfloat16>(acc, n, by);
-      break;
-    case ncclFloat8e4m3:
-      divide_as<ts::float8_e4m3>(acc, n, by);
-      break;
-    case ncclFloat8e5m2:
-      divide_as<ts::float8_e5m2>(acc, n, by);
-      break;
-    default:
-      return ncclInvalidArgument;
-  }
-  return ncclSuccess;
+  bool integral = false;
+  const ncclResult_t r = with_type(t, [&]<class T>() {
+    if constexpr (std::is_integral_v<T>) {
+      integral = true;
+    } else {
+      auto* a = static_cast<T*>(acc);
+      using W = std::conditional_t<std::is_same_v<T, double>, double, float>;
+      for (size_t i = 0; i < n; ++i)
+        a[i] = static_cast<T>(static_cast<W>(a[i]) / static_cast<W>(by));
+    }
+  });
+  return integral ? ncclInvalidArgument : r;
 }
 
 inline bool valid(ncclDataType_t t) { return t >= ncclInt8 && t < ncclNumTypes; }
