@@ -3,7 +3,7 @@
 // closest in meaning to each query given on the command line, with their cosine similarity.
 //
 //   semantic_search [--model DIR] [--status FILE] [--top K] [--batch B] [--threads T]
-//                   [--limit N] [--dtype fp32|bf16|fp16|int8|fp8] [--device cpu|cuda]
+//                   [--limit N] [--dtype fp32|bf16|fp16|int8|int8w7|fp8] [--device cpu|cuda]
 //                   [--queries FILE] [--agree-with DTYPE [--min-agreement F]]
 //                   [--calibrate FILE] [QUERY ...]
 //
@@ -12,9 +12,10 @@
 // --queries adds one query per line of FILE (examples/data/search_queries.txt holds 200).
 // --agree-with DTYPE runs the search in both precisions and reports how often their top
 // results agree (with --min-agreement F, the exit status is 1 below that fraction), instead of
-// printing the matches. --calibrate FILE rounds the fp8 or int8 weights by GPTQ against the
-// layers' inputs on the lines of FILE (a hundred texts like those searched; models.md), instead
-// of to nearest. --device cuda needs the build of this file by nvcc
+// printing the matches. int8w7 is int8 with 7-bit weights: faster on CPUs with AVX2 but not VNNI
+// (the program says so when --dtype int8 runs on one). --calibrate FILE rounds the fp8 or int8
+// weights by GPTQ against the layers' inputs on the lines of FILE (a hundred texts like those
+// searched; models.md), instead of to nearest. --device cuda needs the build of this file by nvcc
 // (semantic_search_cuda, built when CMake runs with -DTESSERA_ENABLE_CUDA=ON).
 #include <unistd.h>
 
@@ -54,7 +55,7 @@ struct Args {
   std::fprintf(stderr,
                "semantic_search: %s\nusage: semantic_search [--model DIR] [--status FILE] "
                "[--top K] [--batch B] [--threads T] [--limit N] "
-               "[--dtype fp32|bf16|fp16|int8|fp8] [--device cpu|cuda] [--queries FILE] "
+               "[--dtype fp32|bf16|fp16|int8|int8w7|fp8] [--device cpu|cuda] [--queries FILE] "
                "[--agree-with DTYPE [--min-agreement F]] [--calibrate FILE] [QUERY ...]\n",
                why.c_str());
   std::exit(2);
@@ -124,7 +125,7 @@ Args parse(int argc, char** argv) {
   if (a.device != "cpu" && a.device != "cuda") usage("--device is cpu or cuda, not " + a.device);
   if (!a.calibration.empty() && !bert::takes_calibration(a.dtype) &&
       !(a.agree_with && bert::takes_calibration(*a.agree_with)))
-    usage("--calibrate is for --dtype fp8 or int8");
+    usage("--calibrate is for --dtype fp8, int8 or int8w7");
   return a;
 }
 
@@ -195,6 +196,9 @@ template <class B>
 int run(const Args& args) {
   const std::vector<std::string> docs = package_descriptions(args.status, args.limit);
   if (docs.empty()) throw ts::error("semantic_search: no package descriptions in " + args.status);
+  if constexpr (std::is_same_v<B, ts::cpu>)
+    if (args.dtype == bert::precision::int8 && ts::int8_fast_weight_max<ts::cpu>() < 127)
+      std::printf("note: this CPU multiplies 7-bit weights faster: try --dtype int8w7\n");
   const ts::Tensor<float> scores = search_scores<B>(args, args.dtype, docs);
   const int64_t queries = static_cast<int64_t>(args.queries.size());
   if (!args.agree_with) {

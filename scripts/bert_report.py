@@ -5,8 +5,8 @@ precision, next to PyTorch and ONNX Runtime on the same machine.
 usage: bert_report.py BENCH_BERT_OUTPUT [PLOT.png] > table.md
 
 BENCH_BERT_OUTPUT is what bench_bert.sh prints (it saves it as build/bench-results/bert.txt).
-Each tessera row is compared with ONNX Runtime's int8 when it is int8, else with its fp32.
-The plot needs matplotlib (bench_bert.sh runs this script with its ONNX Runtime venv, which
+Each tessera row is compared with ONNX Runtime's int8 when it is int8 (int8w7 too), else with
+its fp32. The plot needs matplotlib (bench_bert.sh runs this script with its ONNX Runtime venv, which
 has it).
 """
 import re
@@ -43,7 +43,7 @@ def main():
           "ONNX Runtime |")
     print("|---|---:|---:|---:|---:|")
     for name, (tput, ms) in rows.items():
-        ref = rows.get("onnxruntime int8" if name.endswith("int8") else "onnxruntime fp32")
+        ref = rows.get("onnxruntime int8" if "int8" in name else "onnxruntime fp32")
         vs = f"{tput / ref[0]:.2f}x | {ms / ref[1]:.2f}x" if ref and name.startswith("tessera") \
             else " | "
         print(f"| {name} | {tput:.1f} | {ms:.2f} | {vs} |")

@@ -555,13 +555,31 @@ void int8_suite(uint64_t seed) {
         if (!check_matmul(a, b, what + " one value outside")) return;
       }
     }
+  // B in its narrow range ([-64, 64] for int8, [64, 192] for uint8: biased to signed, the
+  // same), which allows the narrow kernel whatever A is; one value just outside does not.
+  const int64_t b_lo = std::is_signed_v<TB> ? -64 : 64, b_hi = b_lo + 128;
+  for (const auto& s : shapes)
+    for (int t = 0; t < 3; ++t) {
+      const std::string what = names + " narrow B m=" + std::to_string(s[0]) +
+                               " n=" + std::to_string(s[1]) + " k=" + std::to_string(s[2]) +
+                               " layout " + std::to_string(t);
+      auto a = int_operand<TA>(s[0], s[2], t, g);
+      auto b = ts::randint<TB>(b_lo, b_hi + 1, {s[2], s[1]}, g);
+      if (!check_matmul(a, b, what)) return;
+      if (b.numel() > 0) {
+        b.flatten().slice(0, b.numel() / 2, b.numel() / 2 + 1).fill_(static_cast<TB>(b_hi + 1));
+        if (!check_matmul(a, b, what + " one value outside")) return;
+      }
+    }
   // Extremes: every product at the edge of the range, k large enough that a 16-bit
-  // intermediate (e.g. a saturating pairwise multiply-add) overflows; k not a multiple of 4; A's
-  // narrow range's ends too.
+  // intermediate (e.g. a saturating pairwise multiply-add) overflows; k not a multiple of 4; the
+  // narrow ranges' ends and the values just past them too.
   for (int64_t k : {int64_t{1}, int64_t{3}, int64_t{1001}, int64_t{2051}})
     for (TA va : {std::numeric_limits<TA>::min(), std::numeric_limits<TA>::max(),
                   static_cast<TA>(narrow_lo), static_cast<TA>(narrow_hi)})
-      for (TB vb : {std::numeric_limits<TB>::min(), std::numeric_limits<TB>::max()}) {
+      for (TB vb :
+           {std::numeric_limits<TB>::min(), std::numeric_limits<TB>::max(), static_cast<TB>(b_lo),
+            static_cast<TB>(b_hi), static_cast<TB>(b_lo - 1), static_cast<TB>(b_hi + 1)}) {
         const std::string what = names + " extremes " + std::to_string(int(va)) + " * " +
                                  std::to_string(int(vb)) + " k=" + std::to_string(k);
         auto a = ts::full<TA>({mr + 2, k}, va);
@@ -1238,18 +1256,24 @@ TEST(PackedLinear, Int8PanelsMatchTheInt8Product) {
   for (int threads : {1, 2}) {
     ts::set_num_threads(threads);
     for (const dims& d : cases)
-      for (int lay = 0; lay < 4; ++lay) {
+      for (int lay = 0; lay < 6; ++lay) {
         const std::string what = "int8 panels rows " + std::to_string(d.rows) + " in " +
                                  std::to_string(d.in) + " out " + std::to_string(d.out) +
                                  " layout " + std::to_string(lay) + " threads " +
                                  std::to_string(threads);
-        const auto w = full_range<int8_t>({d.out, d.in}, g);
-        // Layout 3: contiguous, in A's narrow range (the narrow kernel where the pass has it).
-        const auto x = lay == 3 ? ts::randint<int8_t>(-64, 64, {d.rows, d.in}, g)
-                                : int_operand<int8_t>(d.rows, d.in, lay, g);
+        // Layouts 4 and 5: 7-bit weights ([-64, 64]), whose bound lets the narrow kernel take
+        // any A, in every k block (the column sums' correction must then see no shift).
+        const auto w = lay >= 4 ? ts::randint<int8_t>(-64, 65, {d.out, d.in}, g)
+                                : full_range<int8_t>({d.out, d.in}, g);
+        // Layouts 3 and 5: contiguous, in A's narrow range (the narrow kernel where the pass
+        // has it); 4: contiguous, full range.
+        const auto x = lay == 3 || lay == 5 ? ts::randint<int8_t>(-64, 64, {d.rows, d.in}, g)
+                       : lay == 4           ? full_range<int8_t>({d.rows, d.in}, g)
+                                            : int_operand<int8_t>(d.rows, d.in, lay, g);
         const auto bias = ts::randint<int32_t>(-1000, 1000, {d.out}, g);
         const auto p = ts::pack_linear(w);
         ASSERT_GT(p.panel, 0) << what;
+        ASSERT_EQ(p.max_abs, ts::max(ts::abs(w.astype<int32_t>())).item()) << what;
         const int64_t panels = (d.out + p.panel - 1) / p.panel;
         ASSERT_EQ(p.data.shape(), (ts::Shape{panels, (d.in + 3) / 4, p.panel, 4})) << what;
         ASSERT_EQ(p.col_sums.shape(), (ts::Shape{panels * p.panel})) << what;

@@ -167,6 +167,54 @@ TEST(Int8Linear, SevenBitActivations) {
   EXPECT_THROW((void)ts::int8_linear(x, qw), ts::error);
 }
 
+// 7-bit weights (weight_max 64): values in [-64, 64] with steps of the row's magnitude / 64,
+// rounded to nearest or by GPTQ; int8_linear's result is the product of the quantized operands,
+// plain and packed (the packed bound lets AVX2 without VNNI take the narrow kernel for any
+// activations, over k blocks past the first). An out-of-range weight_max is an error.
+TEST(Int8Linear, SevenBitWeights) {
+  ts::Generator g(13);
+  const int64_t in = 1100;  // more than one k block of the GEMM
+  const auto x = ts::rand<float>({9, in}, g, -2, 2), w = ts::randn<float>({70, in}, g),
+             b = ts::rand<float>({70}, g, -1, 1);
+  const auto xd = x.astype<double>();
+  for (const bool gptq : {false, true}) {
+    const auto qw =
+        gptq ? ts::quantize_linear_int8(w, b, 0.0f, ts::matmul(xd.transpose(0, 1), xd), 64)
+             : ts::quantize_linear_int8(w, b, 0.0f, 64);
+    const auto wv = tt::to_doubles(qw.weight.values), ws = tt::to_doubles(qw.weight.steps),
+               fw = tt::to_doubles(w), bv = tt::to_doubles(b);
+    for (int64_t j = 0; j < 70; ++j) {
+      double m = 0;
+      for (int64_t k = 0; k < in; ++k) m = std::max(m, std::abs(fw[j * in + k]));
+      ASSERT_FLOAT_EQ(ws[j], m / 64) << "gptq " << gptq << " row " << j;
+      for (int64_t k = 0; k < in; ++k) {
+        ASSERT_LE(std::abs(wv[j * in + k]), 64);
+        if (!gptq) {
+          ASSERT_LE(std::abs(wv[j * in + k] * ws[j] - fw[j * in + k]), ws[j] * 0.5 + 1e-6);
+        }
+      }
+    }
+    const auto packed = ts::pack_linear(qw);
+    EXPECT_LE(packed.packed.max_abs, 64);
+    const auto y = ts::int8_linear(x, qw), yp = ts::int8_linear(x, packed);
+    EXPECT_EQ(yp.to_vector(), y.to_vector()) << "gptq " << gptq;
+    const auto qx = ts::quantize_int8_rows(x);
+    const auto xv = tt::to_doubles(qx.values), xs = tt::to_doubles(qx.steps);
+    const auto yv = tt::to_doubles(y);
+    for (int64_t i = 0; i < 9; ++i)
+      for (int64_t j = 0; j < 70; ++j) {
+        double acc = 0;
+        for (int64_t k = 0; k < in; ++k) acc += xv[i * in + k] * wv[j * in + k];
+        const double want = acc * xs[i] * ws[j] + bv[j];
+        ASSERT_NEAR(yv[i * 70 + j], want, 1e-5 * (1 + std::abs(want))) << i << ", " << j;
+      }
+  }
+  EXPECT_THROW((void)ts::quantize_linear_int8(w, b, 0.0f, 0), ts::error);
+  EXPECT_THROW((void)ts::quantize_linear_int8(w, b, 0.0f, 128), ts::error);
+  // 64 exactly where the running pass is AVX2 (whose int8 kernel lacks VNNI).
+  EXPECT_EQ(ts::int8_fast_weight_max<ts::cpu>(), ts::get_isa() == ts::cpu_isa::avx2 ? 64 : 127);
+}
+
 TEST(Int8Linear, EmptyInputsNoBiasAndBadShapes) {
   ts::Generator g(3);
   const auto w = ts::rand<float>({4, 6}, g);

@@ -1,8 +1,8 @@
 // all-MiniLM-L6-v2 inference in tessera: throughput at batch 32 x 128 tokens (sentences/s) and
-// latency at batch 1 x 16 tokens, in every precision (fp32, bf16, fp16, int8, fp8), 2 threads.
-// Token ids are fixed random ordinary words, every token attended. The anchors (PyTorch, ONNX
-// Runtime fp32 and int8) run the same shapes in bench/bert/bert_anchors.py; scripts/bench_bert.sh
-// runs both and prints one table. The model folder: TESSERA_MINILM_DIR, else
+// latency at batch 1 x 16 tokens, in every precision (fp32, bf16, fp16, int8, int8w7, fp8), 2
+// threads. Token ids are fixed random ordinary words, every token attended. The anchors (PyTorch,
+// ONNX Runtime fp32 and int8) run the same shapes in bench/bert/bert_anchors.py;
+// scripts/bench_bert.sh runs both and prints one table. The model folder: TESSERA_MINILM_DIR, else
 // scripts/fetch_model.sh's.
 #include <benchmark/benchmark.h>
 
@@ -53,6 +53,7 @@ void BertForward_bf16(benchmark::State& st) { BertForward<precision::bf16>(st); 
 void BertForward_fp16(benchmark::State& st) { BertForward<precision::fp16>(st); }
 void BertForward_int8(benchmark::State& st) { BertForward<precision::int8>(st); }
 void BertForward_fp8(benchmark::State& st) { BertForward<precision::fp8>(st); }
+void BertForward_int8w7(benchmark::State& st) { BertForward<precision::int8w7>(st); }
 
 }  // namespace
 
@@ -62,5 +63,6 @@ TESSERA_BERT_BENCH(BertForward_fp32);
 TESSERA_BERT_BENCH(BertForward_bf16);
 TESSERA_BERT_BENCH(BertForward_fp16);
 TESSERA_BERT_BENCH(BertForward_int8);
+TESSERA_BERT_BENCH(BertForward_int8w7);
 TESSERA_BERT_BENCH(BertForward_fp8);
 BENCHMARK_MAIN();

@@ -52,6 +52,10 @@ struct gemm_problem {
   // b_col_sums[j] the sum over k of column j (b_panel-padded length), computed once with them.
   int64_t b_panel = 0;
   const int32_t* b_col_sums = nullptr;
+  // 8-bit integer B (int8_t): a bound on the magnitude of its values that the caller knows (a
+  // weight quantized to fewer levels, ops/quant.hpp), 128 when it knows none. A backend may
+  // multiply faster under a small bound (the CPU's AVX2 pass: 64, gemm/kernel_int8.hpp).
+  int32_t b_max_abs = 128;
 };
 
 /// Columns per panel of a weight packed for backend B's GEMM (gemm_problem::b_panel); 0 when B

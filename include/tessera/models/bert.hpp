@@ -77,12 +77,19 @@ struct config {
 
 /// How the linear layers run (ops/quant.hpp): float32; bfloat16 or half weights with the
 /// activations rounded to the same type; int8 with dynamic quantization (weights per output
-/// channel at load time, activations per row at run time); float8 e4m3 weights with one scale
+/// channel at load time, activations per row at run time); int8w7, the same with 7-bit weights
+/// (values in [-64, 64]: on CPUs with AVX2 but not VNNI the int8 GEMM then multiplies twice as
+/// fast, exactly; a little less accurate, docs/models.md); float8 e4m3 weights with one scale
 /// per output channel and float32 activations. Embeddings, layer norms and attention stay
 /// float32 in all of them.
-enum class precision { fp32, bf16, fp16, int8, fp8 };
+enum class precision { fp32, bf16, fp16, int8, fp8, int8w7 };
 
-/// The name of a precision as the command-line flags spell it: fp32, bf16, fp16, int8, fp8.
+/// Every precision, in the order of the enum.
+inline constexpr precision precisions[] = {precision::fp32, precision::bf16, precision::fp16,
+                                           precision::int8, precision::fp8,  precision::int8w7};
+
+/// The name of a precision as the command-line flags spell it: fp32, bf16, fp16, int8, fp8,
+/// int8w7.
 inline const char* precision_name(precision p) {
   switch (p) {
     case precision::bf16:
@@ -93,6 +100,8 @@ inline const char* precision_name(precision p) {
       return "int8";
     case precision::fp8:
       return "fp8";
+    case precision::int8w7:
+      return "int8w7";
     default:
       return "fp32";
   }
@@ -100,16 +109,18 @@ inline const char* precision_name(precision p) {
 
 /// The precision named `name` (precision_name's spelling); throws error listing the names.
 inline precision parse_precision(std::string_view name) {
-  for (precision p :
-       {precision::fp32, precision::bf16, precision::fp16, precision::int8, precision::fp8})
+  for (precision p : precisions)
     if (name == precision_name(p)) return p;
   detail::fail<error>("bert::parse_precision", "'", name,
-                      "' is not a precision: fp32, bf16, fp16, int8 or fp8");
+                      "' is not a precision: fp32, bf16, fp16, int8, fp8 or int8w7");
 }
 
-/// Whether load rounds p's weights by GPTQ when given calibration texts: fp8 and int8 (the other
-/// precisions have nothing to choose between).
-inline bool takes_calibration(precision p) { return p == precision::fp8 || p == precision::int8; }
+/// Whether p runs the linear layers in int8 (int8_linear): int8 and int8w7.
+inline bool is_int8(precision p) { return p == precision::int8 || p == precision::int8w7; }
+
+/// Whether load rounds p's weights by GPTQ when given calibration texts: fp8, int8 and int8w7
+/// (the other precisions have nothing to choose between).
+inline bool takes_calibration(precision p) { return p == precision::fp8 || is_int8(p); }
 
 /// int8 layers keep input features above this magnitude out of the int8 product (ops/quant.hpp,
 /// int8_linear); 6 as LLM.int8. On the 200 search queries of examples/data/search_queries.txt,
@@ -139,9 +150,13 @@ struct dense {
       : prec(p) {
     switch (p) {
       case precision::int8:
-        int8 = pack_linear(hessian ? quantize_linear_int8(w, b, int8_outlier_threshold, *hessian)
-                                   : quantize_linear_int8(w, b, int8_outlier_threshold));
+      case precision::int8w7: {
+        const int top = p == precision::int8w7 ? 64 : 127;
+        int8 =
+            pack_linear(hessian ? quantize_linear_int8(w, b, int8_outlier_threshold, *hessian, top)
+                                : quantize_linear_int8(w, b, int8_outlier_threshold, top));
         break;
+      }
       case precision::bf16:
         bf16 = quantize_linear_lowp<bfloat16>(w, b);
         break;
@@ -159,6 +174,7 @@ struct dense {
   Tensor<float, B> operator()(const Tensor<float, B>& x) const {
     switch (prec) {
       case precision::int8:
+      case precision::int8w7:
         return int8_linear(x, int8);
       case precision::bf16:
         return lowp_linear(x, bf16);
@@ -177,6 +193,7 @@ struct dense {
     };
     switch (prec) {
       case precision::int8:
+      case precision::int8w7:
         return int8.in_features * int8.out_features + int8.bias.numel();
       case precision::bf16:
         return lowp(bf16);

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -34,6 +35,7 @@ struct packed_linear {
   int64_t in_features = 0, out_features = 0;
   int64_t panel = 0;            // columns per panel; 0 for the plain [in, out] layout
   Tensor<int32_t, B> col_sums;  // int8 panels only
+  int32_t max_abs = 0;          // int8: the largest magnitude of a value (for the GEMM's b_max_abs)
 };
 
 /// Packs a float, double or int8 weight [out, in] for linear(x, packed[, bias]) (float, double)
@@ -49,6 +51,10 @@ packed_linear<T, B> pack_linear(const Tensor<T, B>& w) {
   p.out_features = w.shape()[0], p.in_features = w.shape()[1];
   p.panel = detail::gemm_weight_panel_v<B>;
   const Tensor<T, B> wt = w.transpose(0, 1);  // [in, out]
+  if constexpr (std::is_same_v<T, int8_t>)    // in int32: the magnitude of -128 does not fit int8
+    if (w.numel() > 0)
+      p.max_abs = static_cast<int32_t>(
+          norm(w.template astype<int32_t>(), std::numeric_limits<double>::infinity()).item());
   if (p.panel == 0) {
     p.data = wt.contiguous();
     return p;
@@ -128,6 +134,7 @@ Tensor<Acc, B> panel_product(const Tensor<T, B>& x2, const packed_linear<T, B>& 
   if constexpr (std::is_same_v<T, int8_t>) {
     pr.b_rs = 4 * w.panel, pr.b_cs = w.data.shape()[1] * 4 * w.panel;
     pr.b_col_sums = w.col_sums.data();
+    pr.b_max_abs = w.max_abs;
   } else {
     pr.b_rs = w.panel, pr.b_cs = w.in_features * w.panel;
   }

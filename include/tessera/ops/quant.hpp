@@ -209,15 +209,30 @@ int8_linear_weights<B> int8_layer(const int8_rows<B>& q, const Tensor<float, B>&
 }
 }  // namespace detail
 
+/// The largest weight magnitude at which backend B's int8 GEMM runs at its full rate on this
+/// machine, for quantize_linear_int8's weight_max: 127 (all of int8) unless the backend's
+/// gemm_kernel says less. The CPU running AVX2 without VNNI says 64: 7-bit weights then multiply
+/// exactly with vpmaddubsw, about 1.6x faster (docs/quantization.md).
+template <class B>
+int int8_fast_weight_max() {
+  if constexpr (requires { backend::gemm_kernel<B>::int8_full_rate_b_max(); })
+    return backend::gemm_kernel<B>::int8_full_rate_b_max();
+  else
+    return 127;
+}
+
 /// Quantizes a float linear layer (weight [out, in], bias [out] or undefined) for int8_linear;
-/// outlier_threshold as int8_linear_weights says (it must not be negative).
+/// outlier_threshold as int8_linear_weights says (it must not be negative). The weights take
+/// values in [-weight_max, weight_max] (1 to 127; 64 or less: 7 bits, see int8_fast_weight_max).
 template <class B>
 int8_linear_weights<B> quantize_linear_int8(const Tensor<float, B>& weight,
                                             const Tensor<float, B>& bias = {},
-                                            float outlier_threshold = 0) {
+                                            float outlier_threshold = 0, int weight_max = 127) {
   detail::check_linear_layer("quantize_linear_int8", weight, bias);
   detail::check_outlier_threshold(outlier_threshold);
-  return detail::int8_layer(quantize_int8_rows(weight), bias, weight.shape(), outlier_threshold);
+  detail::check_int8_top("quantize_linear_int8", "weight_max", weight_max);
+  return detail::int8_layer(quantize_int8_rows(weight, weight_max), bias, weight.shape(),
+                            outlier_threshold);
 }
 
 /// w with its values packed for the backend's GEMM (packed_linear.hpp), which then reads them in
@@ -239,16 +254,20 @@ int8_linear_weights<B> pack_linear(int8_linear_weights<B> w) {
 template <class B, class HB>
 int8_linear_weights<B> quantize_linear_int8(const Tensor<float, B>& weight,
                                             const Tensor<float, B>& bias, float outlier_threshold,
-                                            const Tensor<double, HB>& hessian) {
+                                            const Tensor<double, HB>& hessian,
+                                            int weight_max = 127) {
   detail::check_linear_layer("quantize_linear_int8", weight, bias);
   detail::check_outlier_threshold(outlier_threshold);
-  const Tensor<float, B> steps = detail::int8_row_steps(weight);  // [out, 1]
+  detail::check_int8_top("quantize_linear_int8", "weight_max", weight_max);
+  const Tensor<float, B> steps = detail::int8_row_steps(weight, weight_max);  // [out, 1]
+  const double top = weight_max;
   const Tensor<float, B> rounded = detail::gptq_rounded(
-      "quantize_linear_int8", weight, hessian, steps, [](double v, double step) {
-        return std::clamp(std::nearbyint(v / step), -127.0, 127.0) * step;
+      "quantize_linear_int8", weight, hessian, steps, [top](double v, double step) {
+        return std::clamp(std::nearbyint(v / step), -top, top) * step;
       });
   // Each rounded value is a whole number of its row's step: quantizing again is exact.
-  return detail::int8_layer(int8_rows<B>{map(detail::int8_quantize{}, rounded, steps), steps}, bias,
+  const detail::int8_quantize quantize{static_cast<float>(weight_max)};
+  return detail::int8_layer(int8_rows<B>{map(quantize, rounded, steps), steps}, bias,
                             weight.shape(), outlier_threshold);
 }
 

@@ -107,9 +107,10 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
       const int64_t mb_full = is_int8 ? mb : mb / MR * MR;
       const int edge_mr = gemm_edge_mr<Acc>(mb - mb_full);
       PA* edge_panel = abuf + (a_direct ? 0 : mb_full * kbp);
-      // int8: whether this block of A multiplies with the narrow dot product (gemm/kernel_int8.hpp:
-      // where the pass has it and A's values are in its range). B in panels has column sums for
-      // all of k only, which the shift's correction can use when one block covers k.
+      // int8: whether this block of A allows the narrow dot product (gemm/kernel_int8.hpp: where
+      // the pass has it and A's values, less a shift, are in its range). B in panels has column
+      // sums for all of k only, which the shift's correction can use when one block covers k.
+      // B in that range allows it too, with no shift: then whatever A is (below).
       bool a_narrow = false;
       if constexpr (is_int8) {
         a_narrow =
@@ -137,11 +138,24 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
         // Full micro-panels of B read in place; a ragged last one is packed (zero-padded), unless
         // B is in panels: those are zero-padded already.
         const int64_t nb_direct = pr.b_panel > 0 ? nb : b_in_place ? nb / NR * NR : 0;
+        int narrow_shift = -1;  // int8: the narrow dot product's shift of A, -1 for the full one
         if constexpr (is_int8) {
           constexpr int32_t za = int8_a_bias<TA>, zb = int8_b_bias<TB>;
+          // B known (a bound from the caller, for panels) or found (while packing) to be in the
+          // narrow range multiplies narrow with no shift, else A in range with its shift. The
+          // shift is the same in every k block of panels: b_max_abs holds for all of k.
+          const bool b_bounded =
+              int8_narrow_dot && std::is_same_v<TB, int8_t> && pr.b_max_abs <= int8_b_narrow_max;
+          bool b_narrow = b_bounded;
+          if (pr.b_panel == 0) {
+            const bool packed_narrow =
+                pack_b_int8<NR, int8_narrow_dot>(b_blk, pr.b_rs, pr.b_cs, kb, nb, bbuf, col_sum);
+            b_narrow = b_narrow || packed_narrow;
+          }
+          narrow_shift = b_narrow ? 0 : a_narrow ? int8_a_narrow_shift<TA> : -1;
           // The narrow kernel multiplies A's packed bytes less the shift: for the column
           // corrections A's zero point is then za - shift (the row corrections keep za).
-          const int64_t za_col = a_narrow ? za - int8_a_narrow_shift<TA> : za;
+          const int64_t za_col = za - std::max(narrow_shift, 0);
           if (pr.b_panel > 0) {
             // int8 panels (signed: zb == 0) carry their column sums over all of k: the whole
             // correction goes with the first k block (wrapping int32 sums are associative).
@@ -150,7 +164,6 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
             for (int64_t j = 0; j < nb; ++j)
               col_corr[j] = pc == 0 ? static_cast<int32_t>(-za_col * sums[j]) : 0;
           } else {
-            pack_b_int8<NR>(b_blk, pr.b_rs, pr.b_cs, kb, nb, bbuf, col_sum);
             for (int64_t i = 0; i < mb; ++i)
               row_corr[i] = static_cast<int32_t>(int64_t{zb} * row_sum[i] - kb * za * zb);
             for (int64_t j = 0; j < nb; ++j)
@@ -176,8 +189,7 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
                 }
               }
               gemm_micro_int8(kb, abuf + ir * kbp, b_strip, ldb, c_tile, pr.c_rs, pr.c_cs, mr_eff,
-                              nr_eff, row_corr + ir, col_corr + jr, ep, ci, cj,
-                              a_narrow ? int8_a_narrow_shift<TA> : -1);
+                              nr_eff, row_corr + ir, col_corr + jr, ep, ci, cj, narrow_shift);
             } else {
               const Acc* b_panel = bbuf + (jr - nb_direct) * kbp;
               int64_t ldb = NR;
@@ -342,6 +354,7 @@ void gemm_run_cpu(const gemm_problem<TA, TB, Acc>& pr) {
       t.m = pr.n, t.n = pr.m;
       t.a = pr.b, t.a_rs = pr.b_cs, t.a_cs = pr.b_rs, t.a_offsets = pr.b_offsets;
       t.b = pr.a, t.b_rs = pr.a_cs, t.b_cs = pr.a_rs, t.b_offsets = pr.a_offsets;
+      t.b_max_abs = 128;  // nothing known of A's values
       t.c_rs = pr.c_cs, t.c_cs = pr.c_rs;
       if (pr.bias_kind != gemm_bias::none)
         t.bias_kind = pr.bias_kind == gemm_bias::per_row ? gemm_bias::per_col : gemm_bias::per_row;
@@ -358,6 +371,11 @@ struct cpu_gemm {
   template <class TA, class TB, class Acc>
   static void run(const detail::gemm_problem<TA, TB, Acc>& pr) {
     detail::gemm_run_cpu(pr);
+  }
+  /// The largest magnitude of int8 B values (gemm_problem::b_max_abs) at which this pass's int8
+  /// product runs at its full rate: 64 where it has the narrow dot product, else any (127).
+  static int int8_full_rate_b_max() {
+    return detail::int8_narrow_dot ? detail::int8_b_narrow_max : 127;
   }
 };
 }  // namespace backend

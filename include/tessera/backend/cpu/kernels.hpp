@@ -238,6 +238,11 @@ struct gemm_kernel<cpu> {
   static void run(const detail::gemm_problem<TA, TB, Acc>& pr) {
     TESSERA_DETAIL_CPU_DISPATCH(backend::cpu_gemm::run(pr))
   }
+  /// Optional member (ops/quant.hpp, int8_fast_weight_max): the int8 weight range at which the
+  /// instruction set running now multiplies fastest.
+  static int int8_full_rate_b_max() {
+    TESSERA_DETAIL_CPU_DISPATCH(backend::cpu_gemm::int8_full_rate_b_max())
+  }
 };
 
 template <>

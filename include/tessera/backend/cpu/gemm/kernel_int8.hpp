@@ -13,7 +13,8 @@ TESSERA_BEGIN_NAMESPACE
 namespace detail {
 
 /// Whether this pass has the narrow dot product (simd/int8.hpp): faster where every packed byte
-/// of A, less a shift, lies in [0, 127] (gemm_block checks that while packing).
+/// of A, less a shift, lies in [0, 127], or every value of B in [-64, 64] (gemm_block checks
+/// both while packing, and takes B's bound from the caller for panels).
 #if defined(TESSERA_DETAIL_INT8_NARROW_DOT)
 inline constexpr bool int8_narrow_dot = true;
 #else
@@ -24,8 +25,9 @@ inline constexpr bool int8_narrow_dot = false;
 /// bytes, ldb bytes from one group of 4 k values to the next: NR * 4 as gemm_block packs it, more
 /// in a weight's wider panels). row_corr[i] + col_corr[j] is added to each raw sum before the
 /// epilogue: it removes the zero-point biases of the packing (pack.hpp). narrow_shift >= 0 (only
-/// where int8_narrow_dot): multiply A's bytes less that shift, all in [0, 127], with the narrow
-/// dot product; the corrections then account for the shift.
+/// where int8_narrow_dot): multiply A's bytes less that shift with the narrow dot product, which
+/// is exact where they all lie in [0, 127] or B's all lie in [-64, 64] (shift 0); the
+/// corrections then account for the shift.
 TESSERA_NOINLINE inline void gemm_micro_int8(int64_t kc, const uint8_t* __restrict a,
                                              const int8_t* __restrict b, int64_t ldb, int32_t* c,
                                              int64_t c_rs, int64_t c_cs, int mr_eff, int nr_eff,
@@ -64,10 +66,12 @@ TESSERA_NOINLINE inline void gemm_micro_int8(int64_t kc, const uint8_t* __restri
     }
   };
 #if defined(TESSERA_DETAIL_INT8_NARROW_DOT)
-  if (narrow_shift >= 0) {
+  const auto narrow = [](reg c, reg x, reg y) { return isa::dot4_narrow(c, x, y); };
+  if (narrow_shift > 0) {
     const auto shift = static_cast<int8_t>(narrow_shift);
-    k_loop([shift](reg v) { return isa::sub_bytes(v, shift); },
-           [](reg c, reg x, reg y) { return isa::dot4_narrow(c, x, y); });
+    k_loop([shift](reg v) { return isa::sub_bytes(v, shift); }, narrow);
+  } else if (narrow_shift == 0) {
+    k_loop([](reg v) { return v; }, narrow);
   } else
 #endif
     k_loop([](reg v) { return v; }, [](reg c, reg x, reg y) { return isa::dot4(c, x, y); });

@@ -179,11 +179,22 @@ bool pack_a_int8(const S* a, int64_t rs, int64_t cs, int64_t mb, int64_t kb, uin
   return Check && outside == 0;
 }
 
+/// The narrow dot product's bound on B (gemm/kernel_int8.hpp): with every packed value of B in
+/// [-64, 64], 2 * 255 * 64 < 2^15, so any unsigned bytes of A multiply exactly.
+inline constexpr int32_t int8_b_narrow_max = 64;
+
 /// B panel: [k/4][NR][4] bytes, padded with zeros; col_sums[j] = sum of the packed bytes.
-template <int NR, class S>
-void pack_b_int8(const S* b, int64_t rs, int64_t cs, int64_t kb, int64_t nb, int8_t* dst,
+/// Returns, with Check, whether every packed value lies in [-int8_b_narrow_max,
+/// int8_b_narrow_max]; without, false.
+template <int NR, bool Check, class S>
+bool pack_b_int8(const S* b, int64_t rs, int64_t cs, int64_t kb, int64_t nb, int8_t* dst,
                  int32_t* col_sums) {
   const int64_t kbp = (kb + 3) / 4 * 4;
+  // v + 64 as a byte is above 128 exactly where v is outside [-64, 64].
+  const auto outside = [](int8_t v) {
+    return static_cast<uint8_t>(v + int8_b_narrow_max) > 2 * int8_b_narrow_max;
+  };
+  bool any_outside = false;
   for (int64_t c0 = 0; c0 < nb; c0 += NR, dst += NR * kbp) {
     const int cols = static_cast<int>(std::min<int64_t>(NR, nb - c0));
     int32_t sums[NR] = {};
@@ -198,6 +209,7 @@ void pack_b_int8(const S* b, int64_t rs, int64_t cs, int64_t kb, int64_t nb, int
             const auto v = static_cast<int8_t>(static_cast<int32_t>(row[j]) - int8_b_bias<S>);
             out[j * 4 + q] = v;
             sums[j] += v;
+            if constexpr (Check) any_outside |= outside(v);
           }
         } else {
           for (int j = 0; j < NR; ++j) {
@@ -206,12 +218,14 @@ void pack_b_int8(const S* b, int64_t rs, int64_t cs, int64_t kb, int64_t nb, int
               v = static_cast<int8_t>(static_cast<int32_t>(row[j * cs]) - int8_b_bias<S>);
             out[j * 4 + q] = v;
             sums[j] += v;
+            if constexpr (Check) any_outside |= outside(v);
           }
         }
       }
     }
     for (int j = 0; j < cols; ++j) col_sums[c0 + j] = sums[j];
   }
+  return Check && !any_outside;
 }
 
 }  // namespace detail

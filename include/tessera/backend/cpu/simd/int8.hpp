@@ -4,9 +4,10 @@
 //   AVX-512 (the pass requires VNNI) and AVX-VNNI: vpdpbusd, one instruction;
 //   AVX2 without VNNI: the bytes are widened to 16 bits (even and odd bytes apart) and
 //   multiplied with vpmaddwd, which cannot saturate. vpmaddubsw can (two products of 255 and
-//   -128 overflow its 16-bit sums), so it serves only dot4_narrow: bytes of a at most 127, where
-//   2 * 127 * 128 < 2^15 keeps it exact. Then vpmaddubsw and vpmaddwd by ones run on two ports,
-//   32 multiply-adds per pair, about 1.6x the widened form (docs/perf/bert.md).
+//   -128 overflow its 16-bit sums), so it serves only dot4_narrow: bytes of a at most 127, or
+//   bytes of b in [-64, 64], where 2 * 127 * 128 and 2 * 255 * 64 < 2^15 keep it exact. Then
+//   vpmaddubsw and vpmaddwd by ones run on two ports, 32 multiply-adds per pair, about 1.6x the
+//   widened form (docs/perf/bert.md).
 // Elsewhere int8_isa is not defined (nor TESSERA_DETAIL_HAVE_INT8_ISA): the kernel loops in C++.
 // Part of a kernel pass: included by gemm/kernel_int8.hpp once per instruction set.
 
@@ -64,7 +65,7 @@ struct int8_isa {
 #endif
   }
 #if !defined(TESSERA_ISA_AVXVNNI)
-  /// dot4 for unsigned bytes of a that are at most 127 (exact, see above).
+  /// dot4 where the bytes of a are at most 127 or those of b in [-64, 64] (exact, see above).
   static reg dot4_narrow(reg acc, reg a, reg b) {
     const reg pairs = _mm256_maddubs_epi16(a, b);
     return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
