@@ -18,6 +18,8 @@ namespace detail {
 /// (measured on the 2-vCPU development machine), what 2^16 multiply-adds take at this kernel's
 /// rate, and the split then still gains.
 inline constexpr int64_t gemm_parallel_grain = int64_t{1} << 16;
+/// Row blocks of the micro-tile up to which gemm_block runs each B strip across all of them.
+inline constexpr int64_t gemm_strip_outer_rows = 4;
 /// Threads one GEMM uses at most (the size of its block-claiming flags).
 inline constexpr int max_gemm_threads = 256;
 
@@ -172,53 +174,67 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
         } else if (nb_direct < nb) {
           pack_panels<NR>(b_blk + nb_direct * pr.b_cs, pr.b_cs, pr.b_rs, nb - nb_direct, kb, bbuf);
         }
-        for (int64_t ir = 0; ir < mb; ir += MR) {
+        // One micro-tile: rows ir.. and columns jr.. of this block.
+        const auto tile = [&](int64_t ir, int64_t jr) {
           const int mr_eff = static_cast<int>(std::min<int64_t>(MR, mb - ir));
-          for (int64_t jr = 0; jr < nb; jr += NR) {
-            const int nr_eff = static_cast<int>(std::min<int64_t>(NR, nb - jr));
-            const int64_t ci = i_begin + ic + ir, cj = j_begin + jc + jr;
-            Acc* c_tile = c + ci * pr.c_rs + cj * pr.c_cs;
-            if constexpr (is_int8) {
-              const int8_t* b_strip = bbuf + jr * kbp;
-              int64_t ldb = NR * 4;
-              if constexpr (std::is_same_v<TB, int8_t>) {
-                if (pr.b_panel > 0) {  // as for float panels below, four k values per column
-                  b_strip =
-                      b + (cj / pr.b_panel) * pr.b_cs + pc / 4 * pr.b_rs + cj % pr.b_panel * 4;
-                  ldb = pr.b_rs;
-                }
-              }
-              gemm_micro_int8(kb, abuf + ir * kbp, b_strip, ldb, c_tile, pr.c_rs, pr.c_cs, mr_eff,
-                              nr_eff, row_corr + ir, col_corr + jr, ep, ci, cj, narrow_shift);
-            } else {
-              const Acc* b_panel = bbuf + (jr - nb_direct) * kbp;
-              int64_t ldb = NR;
-              if constexpr (std::is_same_v<TB, Acc>) {
-                if (pr.b_panel > 0) {
-                  // j is a multiple of NR, and NR divides b_panel: one panel holds the strip.
-                  const int64_t j = j_begin + jc + jr;
-                  b_panel = b + (j / pr.b_panel) * pr.b_cs + pc * pr.b_rs + j % pr.b_panel;
-                  ldb = pr.b_rs;
-                } else if (jr < nb_direct) {
-                  b_panel = b_blk + jr, ldb = pr.b_rs;
-                }
-              }
-              if (ir >= mb_full) {
-                with_edge_mr<Acc>(edge_mr, [&]<int E>() {
-                  gemm_micro_fp<Acc, E>(kb, edge_panel, b_panel, ldb, c_tile, pr.c_rs, pr.c_cs,
-                                        mr_eff, nr_eff, ep, ci, cj);
-                });
-              } else if (a_direct) {
-                if constexpr (std::is_same_v<TA, Acc>)
-                  gemm_micro_fp<Acc, MR>(kb, a_blk + ir * pr.a_rs, b_panel, ldb, c_tile, pr.c_rs,
-                                         pr.c_cs, mr_eff, nr_eff, ep, ci, cj,
-                                         a_in_place{pr.a_rs, pr.a_cs});
-              } else {
-                gemm_micro_fp<Acc, MR>(kb, abuf + ir * kbp, b_panel, ldb, c_tile, pr.c_rs, pr.c_cs,
-                                       mr_eff, nr_eff, ep, ci, cj);
+          const int nr_eff = static_cast<int>(std::min<int64_t>(NR, nb - jr));
+          const int64_t ci = i_begin + ic + ir, cj = j_begin + jc + jr;
+          Acc* c_tile = c + ci * pr.c_rs + cj * pr.c_cs;
+          if constexpr (is_int8) {
+            const int8_t* b_strip = bbuf + jr * kbp;
+            int64_t ldb = NR * 4;
+            bool stream_b = false;
+            if constexpr (std::is_same_v<TB, int8_t>) {
+              if (pr.b_panel > 0) {  // as for float panels below, four k values per column
+                b_strip = b + (cj / pr.b_panel) * pr.b_cs + pc / 4 * pr.b_rs + cj % pr.b_panel * 4;
+                ldb = pr.b_rs, stream_b = true;
               }
             }
+            gemm_micro_int8(kb, abuf + ir * kbp, b_strip, ldb, c_tile, pr.c_rs, pr.c_cs, mr_eff,
+                            nr_eff, row_corr + ir, col_corr + jr, ep, ci, cj, narrow_shift,
+                            stream_b);
+          } else {
+            const Acc* b_panel = bbuf + (jr - nb_direct) * kbp;
+            int64_t ldb = NR;
+            if constexpr (std::is_same_v<TB, Acc>) {
+              if (pr.b_panel > 0) {
+                // j is a multiple of NR, and NR divides b_panel: one panel holds the strip.
+                const int64_t j = j_begin + jc + jr;
+                b_panel = b + (j / pr.b_panel) * pr.b_cs + pc * pr.b_rs + j % pr.b_panel;
+                ldb = pr.b_rs;
+              } else if (jr < nb_direct) {
+                b_panel = b_blk + jr, ldb = pr.b_rs;
+              }
+            }
+            // B read in place is not in L1: from memory (the first row block of its strip) or
+            // from L2 (a strip and the A panels of a few rows outgrow L1).
+            const bool stream_b = jr < nb_direct;
+            if (ir >= mb_full) {
+              with_edge_mr<Acc>(edge_mr, [&]<int E>() {
+                gemm_micro_fp<Acc, E>(kb, edge_panel, b_panel, ldb, c_tile, pr.c_rs, pr.c_cs,
+                                      mr_eff, nr_eff, ep, ci, cj, a_packed{}, stream_b);
+              });
+            } else if (a_direct) {
+              if constexpr (std::is_same_v<TA, Acc>)
+                gemm_micro_fp<Acc, MR>(kb, a_blk + ir * pr.a_rs, b_panel, ldb, c_tile, pr.c_rs,
+                                       pr.c_cs, mr_eff, nr_eff, ep, ci, cj,
+                                       a_in_place{pr.a_rs, pr.a_cs}, stream_b);
+            } else {
+              gemm_micro_fp<Acc, MR>(kb, abuf + ir * kbp, b_panel, ldb, c_tile, pr.c_rs, pr.c_cs,
+                                     mr_eff, nr_eff, ep, ci, cj, a_packed{}, stream_b);
+            }
           }
+        };
+        // A few row blocks (a few rows of activations against a weight read in place, which
+        // does not fit L2): each B strip serves every row block while it is in L1, instead of
+        // coming again from L3 for each one. Otherwise the A micro-panel stays in L1 across
+        // the B strips (blocking.hpp).
+        if (mb <= gemm_strip_outer_rows * MR) {
+          for (int64_t jr = 0; jr < nb; jr += NR)
+            for (int64_t ir = 0; ir < mb; ir += MR) tile(ir, jr);
+        } else {
+          for (int64_t ir = 0; ir < mb; ir += MR)
+            for (int64_t jr = 0; jr < nb; jr += NR) tile(ir, jr);
         }
       }
     }

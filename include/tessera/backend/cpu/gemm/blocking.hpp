@@ -10,7 +10,9 @@
 //         pack B block
 //         for ir in mc step mr: A micro-panel mr x kc, stays in L1 across the jr loop
 //           for jr in nc step nr: micro-kernel, B micro-panel streams from L2
-// This is BLIS's nest for the transposed problem (C row-major = C^T column-major).
+// This is BLIS's nest for the transposed problem (C row-major = C^T column-major). Up to
+// gemm_strip_outer_rows row blocks (a few rows against a weight read in place, not packed into
+// L2), jr runs outside ir instead: each B micro-panel serves all of them while it is in L1.
 // Part of a kernel pass: included by isa_pass.hpp once per instruction set, no include guard.
 
 #include <algorithm>

@@ -22,12 +22,16 @@ struct a_packed {};
 
 /// C tile (mr_eff <= MR rows x nr_eff columns at c) from the A micro-panel a (see a_packed /
 /// a_in_place) and the B micro-panel b ([kc] rows of NR values, row stride ldb: NR when packed, the
-/// matrix's row stride when B is read in place).
+/// matrix's row stride when B is read in place). stream_b: B is read in place (a weight in
+/// panels, or rows of B), so each k step also prefetches B's row b_prefetch_rows ahead. The
+/// hardware prefetchers do not run far enough ahead on such strips: BERT at 16 tokens ran about
+/// 1.2x faster with it (docs/perf/bert.md). Packed B is in cache; it skips the prefetch.
+inline constexpr int64_t b_prefetch_rows = 64;
 template <class T, int MR, class ALayout = a_packed>
 TESSERA_NOINLINE void gemm_micro_fp(int64_t kc, const T* __restrict a, const T* __restrict b,
                                     int64_t ldb, T* c, int64_t c_rs, int64_t c_cs, int mr_eff,
                                     int nr_eff, const gemm_epilogue<T>& ep, int64_t i0, int64_t j0,
-                                    ALayout al = {}) {
+                                    ALayout al = {}, bool stream_b = false) {
   constexpr bool packed = std::is_same_v<ALayout, a_packed>;
   const auto a_at = [&](int i) -> T {
     if constexpr (packed)
@@ -57,19 +61,26 @@ TESSERA_NOINLINE void gemm_micro_fp(int64_t kc, const T* __restrict a, const T* 
       TESSERA_UNROLL(4)
       for (int j = 0; j < NV; ++j) acc[i][j] = V::broadcast(T(0));
     }
-    for (int64_t p = 0; p < kc; ++p) {
-      V bv[NV];
-      TESSERA_UNROLL(4)
-      for (int j = 0; j < NV; ++j) bv[j] = V::load(b + j * W);
-      TESSERA_UNROLL(32)
-      for (int i = 0; i < MR; ++i) {
-        const V av = V::broadcast(a_at(i));
+    const auto k_loop = [&](auto prefetch) {
+      for (int64_t p = 0; p < kc; ++p) {
+        if constexpr (prefetch) __builtin_prefetch(b + b_prefetch_rows * ldb);
+        V bv[NV];
         TESSERA_UNROLL(4)
-        for (int j = 0; j < NV; ++j) acc[i][j] = fma(av, bv[j], acc[i][j]);
+        for (int j = 0; j < NV; ++j) bv[j] = V::load(b + j * W);
+        TESSERA_UNROLL(32)
+        for (int i = 0; i < MR; ++i) {
+          const V av = V::broadcast(a_at(i));
+          TESSERA_UNROLL(4)
+          for (int j = 0; j < NV; ++j) acc[i][j] = fma(av, bv[j], acc[i][j]);
+        }
+        a += a_step;
+        b += ldb;
       }
-      a += a_step;
-      b += ldb;
-    }
+    };
+    if (stream_b)
+      k_loop(std::true_type{});
+    else
+      k_loop(std::false_type{});
     const bool vector_bias = ep.bias_kind != gemm_bias::per_col || ep.bias_stride == 1;
     if (mr_eff == MR && nr_eff == NR && c_cs == 1 && vector_bias) {
       const V alpha = V::broadcast(ep.alpha), beta = V::broadcast(ep.beta);
