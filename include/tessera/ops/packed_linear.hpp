@@ -35,7 +35,9 @@ struct packed_linear {
   int64_t in_features = 0, out_features = 0;
   int64_t panel = 0;            // columns per panel; 0 for the plain [in, out] layout
   Tensor<int32_t, B> col_sums;  // int8 panels only
-  int32_t max_abs = 0;          // int8: the largest magnitude of a value (for the GEMM's b_max_abs)
+  // int8: the largest magnitude of a value, for the GEMM's b_max_abs (128, nothing known, unless
+  // pack_linear measured it: a smaller bound that is wrong would make the product wrong).
+  int32_t max_abs = 128;
 };
 
 /// Packs a float, double or int8 weight [out, in] for linear(x, packed[, bias]) (float, double)
