@@ -462,6 +462,44 @@ TYPED_TEST(MatmulLowp, RoundedOnceFromFloatAccumulation) {
   check_matmul(a, b, std::string(ts::dtype_name<T>) + " batched");
 }
 
+TEST(MatmulBf16, PairKernelAcrossBlocksLayoutsAndThreads) {
+  // bfloat16 B is packed in pairs of k (gemm/kernel_bf16.hpp); A is packed in pairs too where
+  // the CPU has the bf16 dot product and A is bfloat16, else to float. Odd k inside and at the
+  // end of k blocks (a lone last k pads its pair), ragged row and column tiles, B read along and
+  // across k, A of three types, one and two threads: each within the float bound.
+  const int64_t kc = TT_IN_ACTIVE_PASS(detail::gemm_blocks<float>().kc), mr = tile_mr<float>(),
+                nr = tile_nr<float>();
+  RecordProperty("bf16_dot_product", ts::cpu_has_avx512_bf16() ? "yes" : "no");
+  const std::vector<std::array<int64_t, 3>> shapes = {{3 * mr + 1, 2 * nr + 3, 2 * kc + 5},
+                                                      {1, nr, 2 * kc + 1},
+                                                      {mr, 3 * nr - 1, kc + 1},
+                                                      {2, 5, 1},
+                                                      {mr + 2, nr + 1, 2}};
+  ts::Generator g(431);
+  const auto run = [&](auto a_tag, const char* a_name) {
+    using TA = decltype(a_tag);
+    for (const auto& s : shapes)
+      for (int t = 0; t < 4; ++t)
+        for (int threads : {1, 2}) {
+          ts::set_num_threads(threads);
+          const std::string what = std::string(a_name) + " x bfloat16 m=" + std::to_string(s[0]) +
+                                   " n=" + std::to_string(s[1]) + " k=" + std::to_string(s[2]) +
+                                   " transposes " + std::to_string(t) + ", " +
+                                   std::to_string(threads) + " thread(s)";
+          auto a = make_operand<TA>(s[0], s[2], t & 1, g);
+          auto b = make_operand<ts::bfloat16>(s[2], s[1], (t & 2) ? 1 : 0, g);
+          if (!check_matmul(a, b, what)) {
+            ts::set_num_threads(0);
+            return;
+          }
+        }
+    ts::set_num_threads(0);
+  };
+  run(ts::bfloat16{}, "bfloat16");
+  run(float{}, "float");
+  run(ts::half{}, "half");
+}
+
 TEST(MatmulDtypes, MixedTypesPromote) {
   static_assert(std::is_same_v<ts::matmul_t<float, ts::half>, float>);
   static_assert(std::is_same_v<ts::matmul_t<ts::half, ts::bfloat16>, float>);

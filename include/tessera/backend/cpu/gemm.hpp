@@ -52,7 +52,9 @@ template <class TA, class TB, class Acc>
 gemm_in_place gemm_operands_in_place(const gemm_problem<TA, TB, Acc>& pr) {
   gemm_in_place r;
   if constexpr (gemm_tile<Acc>::kgroup == 1) {
-    r.a = std::is_same_v<TA, Acc> && gemm_work(pr.m, pr.n, pr.k) <= (int64_t{1} << 21);
+    // The bfloat16 B kernel reads A packed only.
+    r.a = std::is_same_v<TA, Acc> && !std::is_same_v<TB, bfloat16> &&
+          gemm_work(pr.m, pr.n, pr.k) <= (int64_t{1} << 21);
     r.b = std::is_same_v<TB, Acc> &&
           (pr.b_panel > 0 || (pr.b_cs == 1 && (r.a || pr.m <= 8 * gemm_tile<Acc>::mr)));
   } else {
@@ -79,8 +81,12 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
   using tile = gemm_tile<Acc>;
   constexpr int MR = tile::mr, NR = tile::nr, KG = tile::kgroup;
   constexpr bool is_int8 = KG == 4;
+  // bfloat16 B multiplies from pairs of k (gemm/kernel_bf16.hpp); so does bfloat16 A where the
+  // CPU has the bf16 dot product, else A is packed to float as for the float kernel.
+  constexpr bool is_bf16 = std::is_same_v<TB, bfloat16> && std::is_same_v<Acc, float>;
+  const bool bf16_dot = is_bf16 && std::is_same_v<TA, bfloat16> && bf16_dot_available();
   using PA = std::conditional_t<is_int8, uint8_t, Acc>;
-  using PB = std::conditional_t<is_int8, int8_t, Acc>;
+  using PB = std::conditional_t<is_int8, int8_t, std::conditional_t<is_bf16, uint32_t, Acc>>;
   const gemm_block_sizes& bs = cached_gemm_blocks<Acc>();
   gemm_workspace& ws = thread_gemm_workspace();
   const int64_t m = i_end - i_begin, n = j_end - j_begin, k = pr.k;
@@ -103,10 +109,11 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
     const int64_t mb = std::min(mc, m - ic);
     for (int64_t pc = 0; pc < k; pc += kc) {
       const int64_t kb = std::min(kc, k - pc), kbp = (kb + KG - 1) / KG * KG;
+      const int64_t kpairs = (kb + 1) / 2;  // bfloat16 B: words per column of a packed strip
       const TA* a_blk = a + (i_begin + ic) * pr.a_rs + pc * pr.a_cs;
       // Full micro-panels of A (read in place for small problems, else packed), then a ragged
       // edge packed for the edge kernel's row count (gemm_edge_mr), after the full panels.
-      const int64_t mb_full = is_int8 ? mb : mb / MR * MR;
+      const int64_t mb_full = is_int8 || bf16_dot ? mb : mb / MR * MR;
       const int edge_mr = gemm_edge_mr<Acc>(mb - mb_full);
       PA* edge_panel = abuf + (a_direct ? 0 : mb_full * kbp);
       // int8: whether this block of A allows the narrow dot product (gemm/kernel_int8.hpp: where
@@ -118,6 +125,9 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
         a_narrow =
             pack_a_int8<MR, int8_narrow_dot>(a_blk, pr.a_rs, pr.a_cs, mb, kb, abuf, row_sum) &&
             (pr.b_panel == 0 || kb == k);
+      } else if (bf16_dot) {
+        if constexpr (std::is_same_v<TA, bfloat16>)
+          pack_pairs<MR>(a_blk, pr.a_rs, pr.a_cs, mb, kb, reinterpret_cast<uint32_t*>(abuf));
       } else {
         if (!a_direct) pack_panels<MR>(a_blk, pr.a_rs, pr.a_cs, mb_full, kb, abuf);
         if (mb_full < mb)
@@ -171,6 +181,8 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
             for (int64_t j = 0; j < nb; ++j)
               col_corr[j] = static_cast<int32_t>(-za_col * col_sum[j]);
           }
+        } else if constexpr (is_bf16) {
+          pack_pairs<NR>(b_blk, pr.b_cs, pr.b_rs, nb, kb, bbuf);
         } else if (nb_direct < nb) {
           pack_panels<NR>(b_blk + nb_direct * pr.b_cs, pr.b_cs, pr.b_rs, nb - nb_direct, kb, bbuf);
         }
@@ -193,6 +205,23 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
             gemm_micro_int8(kb, abuf + ir * kbp, b_strip, ldb, c_tile, pr.c_rs, pr.c_cs, mr_eff,
                             nr_eff, row_corr + ir, col_corr + jr, ep, ci, cj, narrow_shift,
                             stream_b);
+          } else if constexpr (is_bf16) {
+            const uint32_t* b_strip = bbuf + jr * kpairs;
+            if (bf16_dot) {
+#if defined(TESSERA_DETAIL_HAVE_BF16_DOT)
+              gemm_micro_bf16_dot<MR>(kb, reinterpret_cast<const uint32_t*>(abuf) + ir * kpairs,
+                                      b_strip, NR, c_tile, pr.c_rs, pr.c_cs, mr_eff, nr_eff, ep, ci,
+                                      cj);
+#endif
+            } else if (ir >= mb_full) {
+              with_edge_mr<Acc>(edge_mr, [&]<int E>() {
+                gemm_micro_bf16<E>(kb, edge_panel, b_strip, NR, c_tile, pr.c_rs, pr.c_cs, mr_eff,
+                                   nr_eff, ep, ci, cj);
+              });
+            } else {
+              gemm_micro_bf16<MR>(kb, abuf + ir * kbp, b_strip, NR, c_tile, pr.c_rs, pr.c_cs,
+                                  mr_eff, nr_eff, ep, ci, cj);
+            }
           } else {
             const Acc* b_panel = bbuf + (jr - nb_direct) * kbp;
             int64_t ldb = NR;

@@ -64,6 +64,21 @@ inline bool cpu_supports(cpu_isa isa) {
   }
 }
 
+/// True when the CPU runs the avx512 kernels and has AVX512_BF16 as well: the bf16 dot product
+/// (vdpbf16ps), with which those kernels multiply bfloat16 GEMM operands.
+inline bool cpu_has_avx512_bf16() {
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return cpu_supports(cpu_isa::avx512) && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) &&
+           (eax & (1u << 5)) != 0;
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
 namespace detail {
 
 /// The best instruction set the CPU supports.

@@ -86,6 +86,7 @@ TESSERA_END_NAMESPACE
 #include "gemm/pack.hpp"
 #include "gemm/kernel_fp.hpp"
 #include "gemm/kernel_int8.hpp"
+#include "gemm/kernel_bf16.hpp"
 #include "gemm.hpp"
 #include "elementwise.hpp"
 #include "reduce.hpp"
@@ -116,6 +117,8 @@ TESSERA_END_NAMESPACE
 #undef TESSERA_ISA_FLATTEN
 #undef TESSERA_DETAIL_HAVE_INT8_ISA
 #undef TESSERA_DETAIL_INT8_NARROW_DOT
+#undef TESSERA_DETAIL_HAVE_BF16_ISA
+#undef TESSERA_DETAIL_HAVE_BF16_DOT
 #undef TESSERA_DETAIL_HAVE_TRANSPOSE_8X8
 #undef TESSERA_DETAIL_KEEP_LOOPS
 #undef TESSERA_DETAIL_MASKED_TAILS

@@ -12,6 +12,44 @@
 TESSERA_BEGIN_NAMESPACE
 namespace detail {
 
+/// Applies the epilogue to the accumulators of a micro-tile (MR rows of NV vectors) and stores
+/// them at c: in registers for a whole tile with unit column stride, else through gemm_store_tile.
+template <class V, int MR, int NV>
+TESSERA_ALWAYS_INLINE void gemm_store_acc(const V (&acc)[MR][NV], typename V::value_type* c,
+                                          int64_t c_rs, int64_t c_cs, int mr_eff, int nr_eff,
+                                          const gemm_epilogue<typename V::value_type>& ep,
+                                          int64_t i0, int64_t j0) {
+  using T = typename V::value_type;
+  constexpr int W = V::width, NR = NV * W;
+  const bool vector_bias = ep.bias_kind != gemm_bias::per_col || ep.bias_stride == 1;
+  if (mr_eff == MR && nr_eff == NR && c_cs == 1 && vector_bias) {
+    const V alpha = V::broadcast(ep.alpha), beta = V::broadcast(ep.beta);
+    TESSERA_UNROLL(32)
+    for (int i = 0; i < MR; ++i) {
+      TESSERA_UNROLL(4)
+      for (int j = 0; j < NV; ++j) {
+        T* out = c + i * c_rs + j * W;
+        V v = acc[i][j] * alpha;
+        if (ep.read_c) v = fma(beta, V::load(out), v);
+        if (ep.bias_kind == gemm_bias::per_row)
+          v = v + V::broadcast(ep.bias[(i0 + i) * ep.bias_stride]);
+        else if (ep.bias_kind == gemm_bias::per_col)
+          v = v + V::load(ep.bias + j0 + j * W);
+        if (ep.relu) v = relu(v);
+        v.store(out);
+      }
+    }
+    return;
+  }
+  alignas(64) T buf[MR * NR];
+  TESSERA_UNROLL(32)
+  for (int i = 0; i < MR; ++i) {
+    TESSERA_UNROLL(4)
+    for (int j = 0; j < NV; ++j) acc[i][j].store(buf + i * NR + j * W);
+  }
+  gemm_store_tile(buf, NR, mr_eff, nr_eff, c, c_rs, c_cs, ep, i0, j0);
+}
+
 /// Where the micro-kernel finds A: packed ([kc][MR], compile-time offsets), or in place with
 /// element (i, p) at a[i * rs + p * cs] (small problems, where packing would cost more than the
 /// strided broadcasts).
@@ -81,33 +119,7 @@ TESSERA_NOINLINE void gemm_micro_fp(int64_t kc, const T* __restrict a, const T* 
       k_loop(std::true_type{});
     else
       k_loop(std::false_type{});
-    const bool vector_bias = ep.bias_kind != gemm_bias::per_col || ep.bias_stride == 1;
-    if (mr_eff == MR && nr_eff == NR && c_cs == 1 && vector_bias) {
-      const V alpha = V::broadcast(ep.alpha), beta = V::broadcast(ep.beta);
-      TESSERA_UNROLL(32)
-      for (int i = 0; i < MR; ++i) {
-        TESSERA_UNROLL(4)
-        for (int j = 0; j < NV; ++j) {
-          T* out = c + i * c_rs + j * W;
-          V v = acc[i][j] * alpha;
-          if (ep.read_c) v = fma(beta, V::load(out), v);
-          if (ep.bias_kind == gemm_bias::per_row)
-            v = v + V::broadcast(ep.bias[(i0 + i) * ep.bias_stride]);
-          else if (ep.bias_kind == gemm_bias::per_col)
-            v = v + V::load(ep.bias + j0 + j * W);
-          if (ep.relu) v = relu(v);
-          v.store(out);
-        }
-      }
-      return;
-    }
-    alignas(64) T buf[MR * NR];
-    TESSERA_UNROLL(32)
-    for (int i = 0; i < MR; ++i) {
-      TESSERA_UNROLL(4)
-      for (int j = 0; j < NV; ++j) acc[i][j].store(buf + i * NR + j * W);
-    }
-    gemm_store_tile(buf, NR, mr_eff, nr_eff, c, c_rs, c_cs, ep, i0, j0);
+    gemm_store_acc(acc, c, c_rs, c_cs, mr_eff, nr_eff, ep, i0, j0);
   } else {
     T acc[MR][NR] = {};
     for (int64_t p = 0; p < kc; ++p) {

@@ -112,6 +112,41 @@ void pack_panels(const S* src, int64_t ls, int64_t ks, int64_t lines, int64_t kb
   }
 }
 
+/// Packs `lines` lines of bfloat16 values (addressed as in pack_panels) into panels of W lines
+/// in pairs of k (gemm/kernel_bf16.hpp): word [q][l] of a panel holds element 2q of line l in its
+/// low half and element 2q + 1 in its high half; ceil(kb / 2) words per line, padded with zeros
+/// (lines past `lines`, the high half after an odd kb).
+template <int W>
+void pack_pairs(const bfloat16* src, int64_t ls, int64_t ks, int64_t lines, int64_t kb,
+                uint32_t* dst) {
+  const int64_t kp = (kb + 1) / 2, even = kb / 2 * 2;
+  const auto word = [](const bfloat16& lo, const bfloat16& hi) {
+    return uint32_t{lo.bits} | uint32_t{hi.bits} << 16;
+  };
+  for (int64_t l0 = 0; l0 < lines; l0 += W, src += W * ls, dst += W * kp) {
+    const int count = static_cast<int>(std::min<int64_t>(W, lines - l0));
+    if (ks == 1) {  // pairs adjacent in memory
+      for (int j = 0; j < count; ++j) {
+        const bfloat16* line = src + j * ls;
+        for (int64_t p = 0; p < even; p += 2) dst[p / 2 * W + j] = word(line[p], line[p + 1]);
+      }
+    } else {  // two lines of k at a time, each read across
+      for (int64_t p = 0; p < even; p += 2) {
+        const bfloat16 *k0 = src + p * ks, *k1 = k0 + ks;
+        uint32_t* out = dst + p / 2 * W;
+        for (int j = 0; j < count; ++j) out[j] = word(k0[j * ls], k1[j * ls]);
+      }
+    }
+    if (kb % 2) {
+      uint32_t* out = dst + (kp - 1) * W;
+      for (int j = 0; j < count; ++j) out[j] = src[j * ls + even * ks].bits;
+    }
+    if (count < W)
+      for (int64_t q = 0; q < kp; ++q)
+        for (int j = count; j < W; ++j) dst[q * W + j] = 0;
+  }
+}
+
 // ---------------------------------------------------------------- 8-bit integers
 // The dot-product instructions multiply unsigned bytes of A by signed bytes of B, four k values
 // per 32-bit lane. A signed A is biased to unsigned (a + 128), an unsigned B to signed (b - 128);
