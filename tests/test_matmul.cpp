@@ -1374,14 +1374,15 @@ TEST(PackedLinear, Errors) {
       "linear", "empty packed weight");
   expect_error([&] { (void)ts::unpack_linear(ts::packed_linear<float, ts::cpu>{}); },
                "unpack_linear", "empty packed weight");
-  // The GEMM reads panels only of its accumulation type, and of a width its tiles divide.
-  std::vector<ts::bfloat16> a16(8), b16(8 * 32);
+  // The GEMM reads panels only of its accumulation type (or bfloat16, or int8), and of a width
+  // its tiles divide.
+  std::vector<ts::half> a16(8), b16(8 * 32);
   std::vector<float> a32(8), b32(8 * 33), c(33);
-  ts::detail::gemm_problem<ts::bfloat16, ts::bfloat16, float> p16;
+  ts::detail::gemm_problem<ts::half, ts::half, float> p16;
   p16.m = 1, p16.n = 32, p16.k = 8, p16.a = a16.data(), p16.a_rs = 8, p16.a_cs = 1;
   p16.b = b16.data(), p16.b_rs = 32, p16.b_cs = 8 * 32, p16.b_panel = 32;
   p16.c = c.data(), p16.c_rs = 32, p16.c_cs = 1;
-  expect_error([&] { ts::backend::gemm_kernel<ts::cpu>::run(p16); }, "gemm", "bfloat16 panels");
+  expect_error([&] { ts::backend::gemm_kernel<ts::cpu>::run(p16); }, "gemm", "half panels");
   ts::detail::gemm_problem<float, float, float> p33;
   p33.m = 1, p33.n = 33, p33.k = 8, p33.a = a32.data(), p33.a_rs = 8, p33.a_cs = 1;
   p33.b = b32.data(), p33.b_rs = 33, p33.b_cs = 8 * 33, p33.b_panel = 33;

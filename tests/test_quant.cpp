@@ -277,6 +277,46 @@ TYPED_TEST(LowpLinear, EqualsTheProductOfTheRoundedOperands) {
   }
 }
 
+// bfloat16 weights packed once (pairs of input features in panels, read in place by the GEMM):
+// the same results as the unpacked layer, bit for bit (the same pairs and the same kernel, only
+// packed earlier), the values held once, and unpack_linear gives them back.
+TEST(LowpLinear, PackedBf16MatchesUnpacked) {
+  ts::Generator g(6);
+  struct dims {
+    int64_t rows, in, out;
+  };
+  const int saved = ts::get_num_threads();
+  for (int threads : {1, 2})
+    for (const dims d : {dims{1, 1, 1}, dims{1, 7, 31}, dims{5, 33, 150}, dims{70, 384, 47},
+                         dims{16, 385, 97}, dims{3, 1537, 33}}) {
+      ts::set_num_threads(threads);
+      const std::string what = "rows " + std::to_string(d.rows) + " in " + std::to_string(d.in) +
+                               " out " + std::to_string(d.out) + " threads " +
+                               std::to_string(threads);
+      const auto w = ts::rand<float>({d.out, d.in}, g, -0.2f, 0.2f);
+      const auto b = ts::rand<float>({d.out}, g, -1, 1);
+      const auto x = ts::rand<float>({d.rows, d.in}, g, -2, 2);
+      const auto q = ts::quantize_linear_lowp<ts::bfloat16>(w, b);
+      const auto p = ts::pack_linear(q);
+      EXPECT_FALSE(p.values.defined()) << what << ": the values are held once";
+      ASSERT_GT(p.packed.panel, 0) << what;
+      EXPECT_EQ(p.packed.data.shape(), ts::Shape({(d.out + p.packed.panel - 1) / p.packed.panel,
+                                                  (d.in + 1) / 2, p.packed.panel, 2}))
+          << what;
+      EXPECT_EQ(tt::to_doubles(ts::unpack_linear(p.packed)), tt::to_doubles(q.values)) << what;
+      EXPECT_EQ(tt::to_doubles(ts::lowp_linear(x, p)), tt::to_doubles(ts::lowp_linear(x, q)))
+          << what;
+      EXPECT_EQ(ts::pack_linear(p).packed.data.data(), p.packed.data.data()) << what;
+    }
+  ts::set_num_threads(saved);
+  const auto p =
+      ts::pack_linear(ts::quantize_linear_lowp<ts::bfloat16>(ts::rand<float>({4, 6}, g)));
+  EXPECT_EQ(ts::lowp_linear(ts::zeros<float>({0, 6}), p).shape(), ts::Shape({0, 4}));
+  EXPECT_EQ(ts::lowp_linear(ts::zeros<float>({3, 2, 6}), p).shape(), ts::Shape({3, 2, 4}));
+  EXPECT_THROW((void)ts::lowp_linear(ts::zeros<float>({2, 5}), p), ts::shape_error);
+  EXPECT_THROW((void)ts::pack_linear(ts::lowp_linear_weights<ts::bfloat16, ts::cpu>{}), ts::error);
+}
+
 TYPED_TEST(LowpLinear, EmptyInputsNoBiasAndBadShapes) {
   using T = TypeParam;
   ts::Generator g(5);

@@ -50,6 +50,9 @@ struct gemm_problem {
   // dot-product instructions read them: element (p, j) is b[(j / b_panel) * b_cs + (p / 4) * b_rs
   // + (j % b_panel) * 4 + p % 4], with b_rs == 4 * b_panel, k zero-padded to a multiple of 4, and
   // b_col_sums[j] the sum over k of column j (b_panel-padded length), computed once with them.
+  // bfloat16 B in panels (for a float product) keeps two k values of a column together, the
+  // same way: element (p, j) at b[(j / b_panel) * b_cs + (p / 2) * b_rs + (j % b_panel) * 2 +
+  // p % 2], with b_rs == 2 * b_panel and k zero-padded to a multiple of 2.
   int64_t b_panel = 0;
   const int32_t* b_col_sums = nullptr;
   // 8-bit integer B (int8_t): a bound on the magnitude of its values that the caller knows (a

@@ -158,7 +158,7 @@ struct dense {
         break;
       }
       case precision::bf16:
-        bf16 = quantize_linear_lowp<bfloat16>(w, b);
+        bf16 = pack_linear(quantize_linear_lowp<bfloat16>(w, b));
         break;
       case precision::fp16:
         fp16 = quantize_linear_lowp<half>(w, b);
@@ -189,7 +189,9 @@ struct dense {
   /// Weight and bias elements held (an 8-bit float layer's scales included).
   int64_t elements() const {
     auto lowp = [](const auto& q) {
-      return q.values.numel() + q.bias.numel() + (q.scales.defined() ? q.scales.numel() : 0);
+      // Packed (bf16): the values are held once, in the panels.
+      const int64_t values = q.values.defined() ? q.values.numel() : q.in_features * q.out_features;
+      return values + q.bias.numel() + (q.scales.defined() ? q.scales.numel() : 0);
     };
     switch (prec) {
       case precision::int8:

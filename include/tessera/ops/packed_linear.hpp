@@ -8,7 +8,8 @@
 // weight that does not fit the cache then streams it about a third faster (docs/perf/bert.md).
 // Backends without a packed layout (gemm_weight_panel_v == 0, e.g. CUDA) keep the weight as the
 // contiguous transpose [in, out]. int8 weights (ops/quant.hpp) pack the same way, with four
-// input features of a column together as the int8 GEMM reads them, and their column sums.
+// input features of a column together as the int8 GEMM reads them, and their column sums;
+// bfloat16 weights (lowp_linear) with two, as the bf16 dot product reads them.
 #pragma once
 
 #include <cstdint>
@@ -27,8 +28,9 @@ TESSERA_BEGIN_NAMESPACE
 /// panels (columns zero-padded to whole panels), else [in, out]. int8 panels are
 /// [panels, in / 4, panel, 4] (in zero-padded to a multiple of 4: the four values of a column
 /// at in-features 4g..4g+3 lie together), with col_sums [panels * panel], each column's sum over
-/// in. Inference only: no gradient flows to it, and it is a copy: later changes to the original
-/// weight do not reach it.
+/// in. bfloat16 panels are [panels, in / 2, panel, 2] (in zero-padded to a multiple of 2).
+/// Inference only: no gradient flows to it, and it is a copy: later changes to the original weight
+/// do not reach it.
 template <element_type T, class B>
 struct packed_linear {
   Tensor<T, B> data;
@@ -40,12 +42,21 @@ struct packed_linear {
   int32_t max_abs = 128;
 };
 
-/// Packs a float, double or int8 weight [out, in] for linear(x, packed[, bias]) (float, double)
-/// or int8_linear (ops/quant.hpp).
+namespace detail {
+/// Input features kept together in a column of packed panels: 4 for int8, 2 for bfloat16.
+template <class T>
+inline constexpr int64_t panel_group_v = std::is_same_v<T, int8_t>     ? 4
+                                         : std::is_same_v<T, bfloat16> ? 2
+                                                                       : 1;
+}  // namespace detail
+
+/// Packs a float, double, bfloat16 or int8 weight [out, in] for linear(x, packed[, bias]) (float,
+/// double), lowp_linear (bfloat16) or int8_linear (ops/quant.hpp).
 template <element_type T, class B>
 packed_linear<T, B> pack_linear(const Tensor<T, B>& w) {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, int8_t>,
-                "pack_linear takes float, double or int8 weights");
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                    std::is_same_v<T, int8_t> || std::is_same_v<T, bfloat16>,
+                "pack_linear takes float, double, bfloat16 or int8 weights");
   w.check_defined("pack_linear");
   if (w.rank() != 2)
     detail::fail<shape_error>("pack_linear", "expects a weight [out, in], got ", w.shape());
@@ -63,14 +74,14 @@ packed_linear<T, B> pack_linear(const Tensor<T, B>& w) {
   }
   const int64_t panels = (p.out_features + p.panel - 1) / p.panel;
   const int64_t padded = panels * p.panel;
-  if constexpr (std::is_same_v<T, int8_t>) {
-    // Pad to [in4, padded], then [in4 / 4, 4, panels, panel] -> [panels, in4 / 4, panel, 4].
-    const int64_t in4 = (p.in_features + 3) / 4 * 4;
-    Tensor<T, B> wide = zeros<T, B>({in4, padded});
+  if constexpr (constexpr int64_t G = detail::panel_group_v<T>; G > 1) {
+    // Pad to [inG, padded], then [inG / G, G, panels, panel] -> [panels, inG / G, panel, G].
+    const int64_t in_g = (p.in_features + G - 1) / G * G;
+    Tensor<T, B> wide = zeros<T, B>({in_g, padded});
     if (p.out_features > 0 && p.in_features > 0)
       wide.slice(0, 0, p.in_features).slice(1, 0, p.out_features).copy_(wt);
-    p.data = wide.view({in4 / 4, 4, panels, p.panel}).permute({2, 0, 3, 1}).contiguous();
-    p.col_sums = sum(wide, {0}).template astype<int32_t>();
+    p.data = wide.view({in_g / G, G, panels, p.panel}).permute({2, 0, 3, 1}).contiguous();
+    if constexpr (std::is_same_v<T, int8_t>) p.col_sums = sum(wide, {0}).template astype<int32_t>();
     return p;
   }
   // Pad the columns to whole panels, then [in, panels, panel] -> [panels, in, panel].
@@ -87,10 +98,10 @@ Tensor<T, B> unpack_linear(const packed_linear<T, B>& p) {
     detail::fail<error>("unpack_linear", "the packed weight is empty (make it with pack_linear)");
   if (p.panel == 0) return p.data.transpose(0, 1).contiguous();
   const int64_t panels = p.data.shape()[0];
-  if constexpr (std::is_same_v<T, int8_t>) {
-    const int64_t in4 = p.data.shape()[1] * 4;
-    const Tensor<T, B> wide =  // [in4, panels * panel]
-        p.data.permute({1, 3, 0, 2}).contiguous().view({in4, panels * p.panel});
+  if constexpr (constexpr int64_t G = detail::panel_group_v<T>; G > 1) {
+    const int64_t in_g = p.data.shape()[1] * G;
+    const Tensor<T, B> wide =  // [inG, panels * panel]
+        p.data.permute({1, 3, 0, 2}).contiguous().view({in_g, panels * p.panel});
     return wide.slice(0, 0, p.in_features).slice(1, 0, p.out_features).transpose(0, 1).contiguous();
   }
   const Tensor<T, B> wide =  // [in, panels * panel]
@@ -112,8 +123,8 @@ Tensor<T, B> packed_feature_rows(const packed_linear<T, B>& p,
   for (int64_t r = 0; r < count; ++r) {
     const int64_t f = features[static_cast<size_t>(r)];
     Tensor<T, B> values;  // [panels, panel]: feature f's value in each column of each panel
-    if constexpr (std::is_same_v<T, int8_t>)
-      values = p.data.select(1, f / 4).select(2, f % 4);
+    if constexpr (constexpr int64_t G = panel_group_v<T>; G > 1)
+      values = p.data.select(1, f / G).select(2, f % G);
     else
       values = p.data.select(1, f);
     rows.select(0, r).view({panels, p.panel}).copy_(values);
@@ -133,10 +144,12 @@ Tensor<Acc, B> panel_product(const Tensor<T, B>& x2, const packed_linear<T, B>& 
   pr.m = x2.shape()[0], pr.n = w.out_features, pr.k = w.in_features;
   pr.a = x2.data(), pr.a_rs = x2.strides()[0], pr.a_cs = x2.strides()[1];
   pr.b = w.data.data(), pr.b_panel = w.panel;
-  if constexpr (std::is_same_v<T, int8_t>) {
-    pr.b_rs = 4 * w.panel, pr.b_cs = w.data.shape()[1] * 4 * w.panel;
-    pr.b_col_sums = w.col_sums.data();
-    pr.b_max_abs = w.max_abs;
+  if constexpr (constexpr int64_t G = panel_group_v<T>; G > 1) {
+    pr.b_rs = G * w.panel, pr.b_cs = w.data.shape()[1] * G * w.panel;
+    if constexpr (std::is_same_v<T, int8_t>) {
+      pr.b_col_sums = w.col_sums.data();
+      pr.b_max_abs = w.max_abs;
+    }
   } else {
     pr.b_rs = w.panel, pr.b_cs = w.in_features * w.panel;
   }
@@ -152,6 +165,9 @@ Tensor<Acc, B> panel_product(const Tensor<T, B>& x2, const packed_linear<T, B>& 
 template <class T, class B>
 Tensor<T, B> packed_linear_impl(const Tensor<T, B>& x, const packed_linear<T, B>& w,
                                 const Tensor<T, B>* bias) {
+  static_assert(std::is_floating_point_v<T>,
+                "linear takes packed float or double weights; bfloat16 ones go to lowp_linear, "
+                "int8 ones to int8_linear (ops/quant.hpp)");
   x.check_defined("linear");
   if (!w.data.defined())
     fail<error>("linear", "the packed weight is empty (make it with pack_linear)");

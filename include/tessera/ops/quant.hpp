@@ -329,7 +329,23 @@ struct lowp_linear_weights {
   Tensor<float, B> scales;
   Tensor<float, B> bias;
   int64_t in_features = 0, out_features = 0;
+  /// bfloat16: the values laid out once for the backend's GEMM by pack_linear (then values is
+  /// empty: this is the only copy), or empty.
+  packed_linear<T, B> packed;
 };
+
+/// w (bfloat16) with its values packed for the backend's GEMM (packed_linear.hpp), in pairs of
+/// input features as the bf16 dot product reads them: the GEMM then reads them in place instead
+/// of packing them on every call. values is released (unpack_linear(w.packed) gives it back);
+/// lowp_linear's results are the same. Already packed weights are returned as they are.
+template <class B>
+lowp_linear_weights<bfloat16, B> pack_linear(lowp_linear_weights<bfloat16, B> w) {
+  if (w.packed.data.defined()) return w;
+  w.values.check_defined("pack_linear");
+  w.packed = pack_linear(w.values);
+  w.values = Tensor<bfloat16, B>();
+  return w;
+}
 
 namespace detail {
 /// The stored form of narrow weights: a view of the contiguous [in, out] transpose, as for int8
@@ -348,7 +364,7 @@ lowp_linear_weights<T, B> quantize_linear_lowp(const Tensor<float, B>& weight,
                                                const Tensor<float, B>& bias = {}) {
   static_assert(detail::is_lowp_float_v<T>, "T must be bfloat16, half or an 8-bit float");
   detail::check_linear_layer("quantize_linear_lowp", weight, bias);
-  lowp_linear_weights<T, B> q{{}, {}, bias, weight.shape()[1], weight.shape()[0]};
+  lowp_linear_weights<T, B> q{{}, {}, bias, weight.shape()[1], weight.shape()[0], {}};
   if constexpr (detail::is_float8_v<T>) {
     q.scales = detail::float8_row_scales<T>(weight);
     q.values = map(detail::float8_quantize<T>{}, weight, q.scales.reshape({q.out_features, 1}));
@@ -376,7 +392,7 @@ lowp_linear_weights<T, B> quantize_linear_lowp(const Tensor<float, B>& weight,
         return static_cast<double>(static_cast<float>(T(c))) * scale;
       });
   // Each rounded value is a value of T times its row's scale: quantizing again is exact.
-  lowp_linear_weights<T, B> q{{}, scales, bias, weight.shape()[1], weight.shape()[0]};
+  lowp_linear_weights<T, B> q{{}, scales, bias, weight.shape()[1], weight.shape()[0], {}};
   q.values = map(detail::float8_quantize<T>{}, rounded, scales.reshape({q.out_features, 1}));
   return detail::lowp_layout(std::move(q));
 }
@@ -388,10 +404,16 @@ lowp_linear_weights<T, B> quantize_linear_lowp(const Tensor<float, B>& weight,
 template <class T, class B>
 Tensor<float, B> lowp_linear(const Tensor<float, B>& x, const lowp_linear_weights<T, B>& w) {
   const auto [x2, out_shape] = detail::linear_rows("lowp_linear", x, w.in_features, w.out_features);
+  if constexpr (std::is_same_v<T, bfloat16>) {  // weights in panels: the GEMM reads them in place
+    if (w.packed.panel > 0 && out_shape.numel() > 0)
+      return detail::panel_product<float>(x2.template astype<T>(), w.packed, &w.bias)
+          .reshape(out_shape.span());
+  }
   Tensor<float, B> out(out_shape);
   if (out_shape.numel() == 0) return out;
   const Tensor<float, B> out2 = out.view({x2.shape()[0], w.out_features});
-  const Tensor<T, B> wt = w.values.transpose(0, 1);
+  // Packed for a backend without panels: the plain [in, out] layout.
+  const Tensor<T, B> wt = w.packed.data.defined() ? w.packed.data : w.values.transpose(0, 1);
   if constexpr (detail::is_float8_v<T>) {
     detail::gemm_into("lowp_linear", 1.0, x2, wt, 0.0, out2);
     return map(detail::scale_add_bias{}, out, w.scales, w.bias);

@@ -55,8 +55,8 @@ gemm_in_place gemm_operands_in_place(const gemm_problem<TA, TB, Acc>& pr) {
     // The bfloat16 B kernel reads A packed only.
     r.a = std::is_same_v<TA, Acc> && !std::is_same_v<TB, bfloat16> &&
           gemm_work(pr.m, pr.n, pr.k) <= (int64_t{1} << 21);
-    r.b = std::is_same_v<TB, Acc> &&
-          (pr.b_panel > 0 || (pr.b_cs == 1 && (r.a || pr.m <= 8 * gemm_tile<Acc>::mr)));
+    r.b = pr.b_panel > 0 ||
+          (std::is_same_v<TB, Acc> && pr.b_cs == 1 && (r.a || pr.m <= 8 * gemm_tile<Acc>::mr));
   } else {
     r.b = pr.b_panel > 0;
   }
@@ -182,7 +182,7 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
               col_corr[j] = static_cast<int32_t>(-za_col * col_sum[j]);
           }
         } else if constexpr (is_bf16) {
-          pack_pairs<NR>(b_blk, pr.b_cs, pr.b_rs, nb, kb, bbuf);
+          if (pr.b_panel == 0) pack_pairs<NR>(b_blk, pr.b_cs, pr.b_rs, nb, kb, bbuf);
         } else if (nb_direct < nb) {
           pack_panels<NR>(b_blk + nb_direct * pr.b_cs, pr.b_cs, pr.b_rs, nb - nb_direct, kb, bbuf);
         }
@@ -207,20 +207,27 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
                             stream_b);
           } else if constexpr (is_bf16) {
             const uint32_t* b_strip = bbuf + jr * kpairs;
+            int64_t ldb = NR;
+            const bool stream_b = pr.b_panel > 0;
+            if (stream_b) {  // as for int8 panels, two k values per column (pc is even)
+              b_strip = reinterpret_cast<const uint32_t*>(b + (cj / pr.b_panel) * pr.b_cs +
+                                                          pc / 2 * pr.b_rs + cj % pr.b_panel * 2);
+              ldb = pr.b_rs / 2;
+            }
             if (bf16_dot) {
 #if defined(TESSERA_DETAIL_HAVE_BF16_DOT)
               gemm_micro_bf16_dot<MR>(kb, reinterpret_cast<const uint32_t*>(abuf) + ir * kpairs,
-                                      b_strip, NR, c_tile, pr.c_rs, pr.c_cs, mr_eff, nr_eff, ep, ci,
-                                      cj);
+                                      b_strip, ldb, c_tile, pr.c_rs, pr.c_cs, mr_eff, nr_eff, ep,
+                                      ci, cj, stream_b);
 #endif
             } else if (ir >= mb_full) {
               with_edge_mr<Acc>(edge_mr, [&]<int E>() {
-                gemm_micro_bf16<E>(kb, edge_panel, b_strip, NR, c_tile, pr.c_rs, pr.c_cs, mr_eff,
-                                   nr_eff, ep, ci, cj);
+                gemm_micro_bf16<E>(kb, edge_panel, b_strip, ldb, c_tile, pr.c_rs, pr.c_cs, mr_eff,
+                                   nr_eff, ep, ci, cj, stream_b);
               });
             } else {
-              gemm_micro_bf16<MR>(kb, abuf + ir * kbp, b_strip, NR, c_tile, pr.c_rs, pr.c_cs,
-                                  mr_eff, nr_eff, ep, ci, cj);
+              gemm_micro_bf16<MR>(kb, abuf + ir * kbp, b_strip, ldb, c_tile, pr.c_rs, pr.c_cs,
+                                  mr_eff, nr_eff, ep, ci, cj, stream_b);
             }
           } else {
             const Acc* b_panel = bbuf + (jr - nb_direct) * kbp;
@@ -379,15 +386,19 @@ template <class TA, class TB, class Acc>
 void gemm_run_cpu(const gemm_problem<TA, TB, Acc>& pr) {
   if (pr.m == 0 || pr.n == 0 || pr.batch == 0) return;
   // B in panels is read in place by micro-panels of nr columns, which must not straddle panels;
-  // only B of the accumulation type is read in place, or int8 B with its column sums.
+  // only B of the accumulation type is read in place, bfloat16 B into float (in pairs of k), or
+  // int8 B with its column sums.
   constexpr bool int8_panels = gemm_tile<Acc>::kgroup == 4 && std::is_same_v<TB, int8_t>;
-  constexpr bool acc_panels = gemm_tile<Acc>::kgroup == 1 && std::is_same_v<TB, Acc>;
+  constexpr bool acc_panels =
+      gemm_tile<Acc>::kgroup == 1 &&
+      (std::is_same_v<TB, Acc> || (std::is_same_v<TB, bfloat16> && std::is_same_v<Acc, float>));
   const bool readable = acc_panels || (int8_panels && pr.b_col_sums != nullptr);
   if (pr.b_panel > 0 && (!readable || pr.b_panel % gemm_tile<Acc>::nr != 0))
-    fail<backend_error>("gemm", "B is in panels of ", pr.b_panel, " columns of ", dtype_name<TB>,
-                        ": the kernel reads panels of ", dtype_name<Acc>,
-                        " (or of int8 with column sums) whose width is a multiple of ",
-                        gemm_tile<Acc>::nr);
+    fail<backend_error>(
+        "gemm", "B is in panels of ", pr.b_panel, " columns of ", dtype_name<TB>,
+        ": the kernel reads panels of ", dtype_name<Acc>,
+        " (or of bfloat16, or of int8 with column sums) whose width is a multiple of ",
+        gemm_tile<Acc>::nr);
   // A narrow output (n well below nr, as in a 10-class output layer) wastes most of each
   // micro-tile; its transpose C^T = B^T A^T puts the short side along mr instead. Transposing is
   // free (strides swap); only for equal input types, so that no second kernel is instantiated,
