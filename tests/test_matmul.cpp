@@ -462,6 +462,34 @@ TYPED_TEST(MatmulLowp, RoundedOnceFromFloatAccumulation) {
   check_matmul(a, b, std::string(ts::dtype_name<T>) + " batched");
 }
 
+TEST(MatmulFloat8, EveryCodeConvertsExactlyWhilePacking) {
+  // B holds all 256 codes of an 8-bit float in one row (rows of B contiguous: the packing's
+  // vector conversion on x86; transposed: its per-element path), A picks that row: each result
+  // is the code's value, NaN where the code is NaN.
+  const auto check = [](auto tag, const char* name) {
+    using T = decltype(tag);
+    std::vector<T> codes(256);
+    for (int c = 0; c < 256; ++c) codes[c] = T::from_bits(static_cast<uint8_t>(c));
+    auto b = ts::zeros<T>({2, 256});
+    b.select(0, 0).copy_(ts::from_vector<T>(codes));
+    const auto a = ts::from_vector<float>({1, 0}).reshape({1, 2});
+    for (bool transposed : {false, true}) {
+      const auto bb = transposed ? b.transpose(0, 1).contiguous().transpose(0, 1) : b;
+      const auto got = ts::matmul(a, bb).to_vector();
+      ASSERT_EQ(got.size(), 256u);
+      for (int c = 0; c < 256; ++c) {
+        const float want = static_cast<float>(codes[c]);
+        if (std::isnan(want))
+          EXPECT_TRUE(std::isnan(got[c])) << name << " code " << c;
+        else
+          EXPECT_EQ(got[c], want) << name << " code " << c << (transposed ? " transposed" : "");
+      }
+    }
+  };
+  check(ts::float8_e4m3{}, "e4m3");
+  check(ts::float8_e5m2{}, "e5m2");
+}
+
 TEST(MatmulBf16, PairKernelAcrossBlocksLayoutsAndThreads) {
   // bfloat16 B is packed in pairs of k (gemm/kernel_bf16.hpp); A is packed in pairs too where
   // the CPU has the bf16 dot product and A is bfloat16, else to float. Odd k inside and at the

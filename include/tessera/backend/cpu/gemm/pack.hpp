@@ -53,10 +53,17 @@ const float* float8_table_for() {
     return nullptr;
 }
 
+#if defined(TESSERA_DETAIL_HAVE_FLOAT8_VECTOR)
+inline constexpr bool float8_vector = true;
+#else
+inline constexpr bool float8_vector = false;
+#endif
+/// Whether load_as_float converts S to P a vector at a time (simd/pack.hpp).
 template <class P, class S>
 inline constexpr bool vector_convertible_v = std::is_same_v<P, float> &&
                                              (std::is_same_v<S, half> ||
-                                              std::is_same_v<S, bfloat16>);
+                                              std::is_same_v<S, bfloat16> ||
+                                              (float8_vector && is_float8_v<S>));
 
 /// Packs `lines` lines of length kb (the rows of an A block, the columns of a B block) into
 /// panels of W lines, [p][W] each, lines past `lines` zero-filled. Element p of line l is at
