@@ -3,7 +3,7 @@
 // in one word, pack_pairs in pack.hpp): half the bytes of float panels, and the layout of the
 // bf16 dot-product instruction.
 //   gemm_micro_bf16: A in float panels (as the float kernel packs it, exact for bfloat16 A).
-//     Each k pair splits B's words into two float vectors (a shift, a mask) and runs the float
+//     Each k pair splits B's words into two float vectors (shifts or a mask) and runs the float
 //     kernel's FMAs: float's rate, for any A type.
 //   gemm_micro_bf16_dot: A in pairs too, both bfloat16; one vdpbf16ps per pair does two FMAs'
 //     work. AVX-512 only, where the CPU has AVX512_BF16 (simd/bf16.hpp).
