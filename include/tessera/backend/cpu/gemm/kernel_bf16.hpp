@@ -55,11 +55,7 @@ TESSERA_NOINLINE void gemm_micro_bf16(int64_t kc, const float* __restrict a,
   constexpr int W = V::width, NV = NR / W;
   static_assert(NR % W == 0);
   V acc[MR][NV];
-  TESSERA_UNROLL(32)
-  for (int i = 0; i < MR; ++i) {
-    TESSERA_UNROLL(4)
-    for (int j = 0; j < NV; ++j) acc[i][j] = V::broadcast(0.0f);
-  }
+  gemm_zero_acc(acc);
   // One half of a pair: B's floats of that half times A's row of that k. Each half loads B's
   // words again (from L1) rather than keep them: AVX2 has 16 registers, 12 hold the tile.
   const auto half_step = [&](const uint32_t* bk, bool hi, const float* ak) {
@@ -113,11 +109,7 @@ TESSERA_NOINLINE void gemm_micro_bf16_dot(int64_t kc, const uint32_t* __restrict
   constexpr int NR = gemm_tile<float>::nr, W = V::width, NV = NR / W;
   static_assert(NR % W == 0);
   V acc[MR][NV];
-  TESSERA_UNROLL(32)
-  for (int i = 0; i < MR; ++i) {
-    TESSERA_UNROLL(4)
-    for (int j = 0; j < NV; ++j) acc[i][j] = V::broadcast(0.0f);
-  }
+  gemm_zero_acc(acc);
   const int64_t ahead = stream_b ? b_prefetch_rows / 2 * ldb : 0;
   const int64_t pairs = (kc + 1) / 2;  // padding halves are zero in both operands
   for (int64_t p = 0; p < pairs; ++p) {

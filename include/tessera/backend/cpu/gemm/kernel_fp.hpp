@@ -12,6 +12,16 @@
 TESSERA_BEGIN_NAMESPACE
 namespace detail {
 
+/// Zeroes the accumulators of a micro-tile (MR rows of NV vectors).
+template <class V, int MR, int NV>
+TESSERA_ALWAYS_INLINE void gemm_zero_acc(V (&acc)[MR][NV]) {
+  TESSERA_UNROLL(32)
+  for (int i = 0; i < MR; ++i) {
+    TESSERA_UNROLL(4)
+    for (int j = 0; j < NV; ++j) acc[i][j] = V::broadcast(typename V::value_type(0));
+  }
+}
+
 /// Applies the epilogue to the accumulators of a micro-tile (MR rows of NV vectors) and stores
 /// them at c: in registers for a whole tile with unit column stride, else through gemm_store_tile.
 template <class V, int MR, int NV>
@@ -94,11 +104,7 @@ TESSERA_NOINLINE void gemm_micro_fp(int64_t kc, const T* __restrict a, const T* 
         for (int j = 0; j < NR; j += 64 / static_cast<int>(sizeof(T)))
           __builtin_prefetch(c + i * c_rs + j, 1);
     V acc[MR][NV];
-    TESSERA_UNROLL(32)
-    for (int i = 0; i < MR; ++i) {
-      TESSERA_UNROLL(4)
-      for (int j = 0; j < NV; ++j) acc[i][j] = V::broadcast(T(0));
-    }
+    gemm_zero_acc(acc);
     const auto k_loop = [&](auto prefetch) {
       for (int64_t p = 0; p < kc; ++p) {
         if constexpr (prefetch) __builtin_prefetch(b + b_prefetch_rows * ldb);
