@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
 #include <string>
 #include <tessera/autograd.hpp>
@@ -98,10 +99,9 @@ T relayout(const T& t, layout l) {
 /// Runs gradcheck of f on the inputs in each layout, and expects it to pass. Two more runs make
 /// the gradient that reaches f's last op a view: f's output transposed (first and last dims), and
 /// f's output summed (a zero-stride broadcast of the loss gradient).
-template <class F>
-void check(const std::string& what, F f, const std::vector<T>& inputs,
-           const ts::autograd::GradcheckOptions& o = {}) {
-  auto run = [&](const std::string& how, layout l, auto&& g) {
+void check(const std::string& what, const std::function<V(const Vs&)>& f,
+           const std::vector<T>& inputs, const ts::autograd::GradcheckOptions& o = {}) {
+  auto run = [&](const std::string& how, layout l, const std::function<V(const Vs&)>& g) {
     std::vector<T> xs;
     for (const auto& t : inputs) {
       xs.push_back(relayout(t, l));
