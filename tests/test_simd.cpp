@@ -15,7 +15,9 @@
 #include <vector>
 
 // One instruction set: the compiler's baseline (the -m flags of this build).
+#ifndef TESSERA_NO_ISA_DISPATCH
 #define TESSERA_NO_ISA_DISPATCH
+#endif
 #include "tessera/backend/cpu/kernels.hpp"
 
 namespace simd = tessera::TESSERA_DETAIL_CPU_BASELINE_NS::detail::simd;
