@@ -859,8 +859,6 @@ TEST(CudaEmulationOrder, ReverseRunsBlocksFromTheLast) {
 }
 #endif
 
-}  // namespace
-
 // half on the device converts by cvt where the value is not NaN, by the format code otherwise
 // (core/half.hpp): every half bit pattern decodes, and every float of a sweep that holds every
 // half value, the midpoints between neighbours (ties) and a float either side of each, the
@@ -975,3 +973,5 @@ TEST_F(Cuda, Float8BitsMeanWhatTheDeviceSaysTheyMean) {
   }
 }
 #endif
+
+}  // namespace
