@@ -19,14 +19,15 @@
 #include <tessera/data/fashion_mnist.hpp>
 #include <vector>
 
+// A namespace of its own: test_layers compiles its sources as one (tests/CMakeLists.txt).
+namespace test_data {
+
 namespace ts = tessera;
 namespace fs = std::filesystem;
 
 static_assert(std::input_iterator<ts::data::batch_range::iterator>);
 static_assert(std::ranges::input_range<ts::data::batch_range>);
 static_assert(std::ranges::sized_range<ts::data::batch_range>);
-
-namespace {
 
 // n examples of shape [n, 1, 2, 3]: element j of row i is 100 * i + j; label i is i, so a
 // batch's labels say which rows it holds.
@@ -517,4 +518,4 @@ TEST(FashionMnistFiles, UnknownSplit) {
   }
 }
 
-}  // namespace
+}  // namespace test_data

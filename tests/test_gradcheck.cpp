@@ -17,7 +17,9 @@
 #include <tessera/tessera.hpp>
 #include <vector>
 
-namespace {
+// A namespace of its own: test_layers compiles its sources as one (tests/CMakeLists.txt).
+namespace test_gradcheck {
+
 namespace ts = tessera;
 using T = ts::Tensor<double, ts::cpu>;
 using V = ts::Variable<double, ts::cpu>;
@@ -610,4 +612,4 @@ TEST(Gradcheck, ReportsAMissingGradient) {
   EXPECT_TRUE(unused.ok) << unused.message;
 }
 
-}  // namespace
+}  // namespace test_gradcheck

@@ -18,10 +18,11 @@
 
 #include "temp_dir.hpp"
 
+// A namespace of its own: test_layers compiles its sources as one (tests/CMakeLists.txt).
+namespace test_idx {
+
 namespace ts = tessera;
 namespace fs = std::filesystem;
-
-namespace {
 
 using bytes = std::vector<unsigned char>;
 
@@ -140,8 +141,6 @@ std::vector<S> ramp(size_t n, double scale, double shift) {
   for (size_t i = 0; i < n; ++i) v[i] = static_cast<S>(static_cast<double>(i) * scale + shift);
   return v;
 }
-
-}  // namespace
 
 // ---- round trips, stored type read as itself ----
 
@@ -353,7 +352,7 @@ TEST(IdxErrors, HeaderOnlyReaderRejectsToo) {
 
 // ---- dataset location ----
 
-TEST(FashionMnist, DirFromEnvironment) {
+TEST(FashionMnistFolder, DirFromEnvironment) {
   const char* old = std::getenv("TESSERA_FASHION_MNIST_DIR");
   const std::string saved = old ? old : "";
   ::setenv("TESSERA_FASHION_MNIST_DIR", "/some/where", 1);
@@ -365,7 +364,7 @@ TEST(FashionMnist, DirFromEnvironment) {
   if (old) ::setenv("TESSERA_FASHION_MNIST_DIR", saved.c_str(), 1);
 }
 
-TEST(FashionMnist, RealFiles) {
+TEST(FashionMnistFolder, RealFiles) {
   const fs::path dir = ts::io::fashion_mnist_dir();
   const fs::path images = dir / "train-images-idx3-ubyte.gz",
                  labels = dir / "train-labels-idx1-ubyte.gz";
@@ -393,3 +392,5 @@ TEST(FashionMnist, RealFiles) {
   EXPECT_EQ(ty.shape(), (ts::Shape{10000}));
   for (int64_t i = 0; i < ty.numel(); ++i) ASSERT_TRUE(ty.data()[i] >= 0 && ty.data()[i] < 10);
 }
+
+}  // namespace test_idx

@@ -16,7 +16,9 @@
 
 #include "test_util.hpp"
 
-namespace {
+// A namespace of its own: test_layers compiles its sources as one (tests/CMakeLists.txt).
+namespace test_inplace {
+
 namespace ts = tessera;
 using T = double;
 using Ten = ts::Tensor<T, ts::cpu>;
@@ -310,4 +312,4 @@ TEST(SavedTensors, OptimizerStepsAfterBackwardNeverTrip) {
   EXPECT_NE(what.find("linear saved"), std::string::npos) << what;
 }
 
-}  // namespace
+}  // namespace test_inplace

@@ -12,7 +12,9 @@
 
 #include "test_util.hpp"
 
-namespace {
+// A namespace of its own: test_layers compiles its sources as one (tests/CMakeLists.txt).
+namespace test_nn_quant {
+
 namespace ts = tessera;
 namespace nn = ts::nn;
 using T = ts::Tensor<float>;
@@ -141,4 +143,4 @@ TEST(QuantizeStatic, BadInput) {
   EXPECT_EQ(q(ts::zeros<float>({0, 4})).shape(), ts::Shape({0, 2}));
 }
 
-}  // namespace
+}  // namespace test_nn_quant

@@ -29,10 +29,11 @@
 
 #include "temp_dir.hpp"
 
+// A namespace of its own: test_layers compiles its sources as one (tests/CMakeLists.txt).
+namespace test_npy {
+
 namespace ts = tessera;
 namespace fs = std::filesystem;
-
-namespace {
 
 using bytes = std::vector<unsigned char>;
 
@@ -230,8 +231,6 @@ std::string expected_descr() {
   if constexpr (std::is_same_v<T, int64_t>) return "<i8";
   return "|b1";
 }
-
-}  // namespace
 
 // ---- round trips ----
 
@@ -678,8 +677,6 @@ TEST(Npy, SaveThroughASymlinkReplacesItsTarget) {
 
 // ---- npz ----
 
-namespace {
-
 bytes raw_deflate(const bytes& in) {
   z_stream zs{};
   EXPECT_EQ(deflateInit2(&zs, 6, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
@@ -768,8 +765,6 @@ std::vector<float> ramp(size_t n) {
   for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(i) * 0.25f - 7;
   return v;
 }
-
-}  // namespace
 
 TEST(Npz, ReadsStoredAndDeflatedMembersAndComments) {
   const auto a = ramp(1000), b = ramp(3);
@@ -916,8 +911,6 @@ TEST(Npz, CorruptArchives) {
 
 // ---- misuse: modes, durability, paths that are not regular files, duplicate names ----
 
-namespace {
-
 // The permission bits of `p`, read with stat: root reads any file, so trying to read it would
 // prove nothing.
 mode_t mode_of(const fs::path& p) {
@@ -955,8 +948,6 @@ struct fsync_recorder {
   fs::path target;
 };
 fsync_recorder* fsync_log = nullptr;
-
-}  // namespace
 
 extern "C" int fsync(int fd) {
   if (fsync_log) {
@@ -1143,7 +1134,6 @@ TEST(Checkpoint, LoadRejectsADuplicateName) {
   EXPECT_EQ(logical_bytes(model.weight.value()), logical_bytes(before));
 }
 
-namespace {
 // A module that (wrongly) registers two parameters under one name.
 struct twice_named : ts::nn::Module<float, ts::cpu> {
   twice_named() {
@@ -1152,7 +1142,6 @@ struct twice_named : ts::nn::Module<float, ts::cpu> {
   }
   variable forward(const variable& x) override { return x; }
 };
-}  // namespace
 
 // Saving two tensors under one name throws before anything is written: an existing file is
 // left byte for byte as it was, and no temporary is left beside it.
@@ -1169,8 +1158,6 @@ TEST(Checkpoint, SaveRejectsADuplicateNameBeforeWriting) {
 }
 
 // ---- NumPy cross-check ----
-
-namespace {
 
 bool have_numpy() {
   static const bool yes = std::system("python3 -c 'import numpy' >/dev/null 2>&1") == 0;
@@ -1203,8 +1190,6 @@ void add_tessera_file(std::string& script, const std::string& name,
   script += "check(np.load(r'" + p.string() + "'), '" + expected_descr<T>() + "', " +
             py_shape(t.shape()) + ", r'" + bin.string() + "')\n";
 }
-
-}  // namespace
 
 TEST(NumPy, LoadsWhatTesseraWrites) {
   if (!have_numpy()) GTEST_SKIP() << "python3 with numpy is not installed";
@@ -1328,3 +1313,5 @@ raw('py_z_big', big)
   ASSERT_GT(zc.size(), 10u);
   EXPECT_EQ(zc[8], 8);
 }
+
+}  // namespace test_npy

@@ -6,7 +6,9 @@
 #include <tessera/nn.hpp>
 #include <tessera/optim.hpp>
 
-namespace {
+// A namespace of its own: test_layers compiles its sources as one (tests/CMakeLists.txt).
+namespace test_optim {
+
 namespace ts = tessera;
 namespace optim = ts::optim;
 using V = ts::Variable<double, ts::cpu>;
@@ -208,8 +210,8 @@ TEST(Optim, TrainsALinearRegression) {
     ts::nn::Linear<float, ts::cpu> model(4, 1);
     std::unique_ptr<optim::Optimizer<float, ts::cpu>> opt;
     if (which == 0)
-      opt = std::make_unique<optim::SGD<float, ts::cpu>>(model.parameters(),
-                                                         optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
+      opt = std::make_unique<optim::SGD<float, ts::cpu>>(
+          model.parameters(), optim::SGDOptions{.lr = 0.05, .momentum = 0.9});
     else
       opt = std::make_unique<optim::Adam<float, ts::cpu>>(model.parameters(),
                                                           optim::AdamOptions{.lr = 0.05});
@@ -226,4 +228,4 @@ TEST(Optim, TrainsALinearRegression) {
   }
 }
 
-}  // namespace
+}  // namespace test_optim

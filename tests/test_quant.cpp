@@ -13,7 +13,9 @@
 
 #include "test_util.hpp"
 
-namespace {
+// A namespace of its own: test_layers compiles its sources as one (tests/CMakeLists.txt).
+namespace test_quant {
+
 namespace ts = tessera;
 using ts::cpu;
 
@@ -331,8 +333,6 @@ TYPED_TEST(LowpLinear, EmptyInputsNoBiasAndBadShapes) {
   EXPECT_THROW((void)ts::quantize_linear_lowp<T>(ts::zeros<float>({4})), ts::shape_error);
 }
 
-}  // namespace
-
 // GPTQ (ops/gptq.hpp): the factor of the damped inverse, then the rounding it drives.
 TEST(Gptq, InverseFactorMultipliesBackToTheIdentity) {
   ts::Generator g(6);
@@ -470,3 +470,5 @@ TEST(GptqInt8Linear, BadHessiansAndThresholds) {
                ts::shape_error);
   EXPECT_THROW((void)ts::quantize_linear_int8(w, {}, -1.0f, ts::zeros<double>({6, 6})), ts::error);
 }
+
+}  // namespace test_quant

@@ -15,7 +15,9 @@
 
 #include "temp_dir.hpp"
 
-namespace {
+// A namespace of its own: test_layers compiles its sources as one (tests/CMakeLists.txt).
+namespace test_safetensors {
+
 namespace ts = tessera;
 namespace fs = std::filesystem;
 using ts::io::named_tensor;
@@ -375,4 +377,4 @@ TEST(Safetensors, SaveKeepsTheReplacedFilesMode) {
   EXPECT_EQ(safetensors_file::open(p).shape("a"), ts::Shape{3});
 }
 
-}  // namespace
+}  // namespace test_safetensors

@@ -7,7 +7,9 @@
 
 #include "test_util.hpp"
 
-namespace {
+// A namespace of its own: test_layers compiles its sources as one (tests/CMakeLists.txt).
+namespace test_tensor {
+
 namespace ts = tessera;
 
 TEST(Shape, RankExtentsAndOverflow) {
@@ -338,8 +340,6 @@ TEST(Tensor, AllocationOverflowIsAnError) {
   EXPECT_THROW(ts::empty<double>({int64_t{1} << 62}), ts::shape_error);
 }
 
-}  // namespace
-
 // generate: element i (row-major) is f(i), on the CPU's generate kernel; an empty shape gives an
 // empty tensor without calling f.
 TEST(Tensor, GenerateFillsEachElementFromItsIndex) {
@@ -353,3 +353,5 @@ TEST(Tensor, GenerateFillsEachElementFromItsIndex) {
   EXPECT_EQ(e.numel(), 0);
   EXPECT_EQ(calls, 0);
 }
+
+}  // namespace test_tensor

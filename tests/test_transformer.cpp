@@ -9,7 +9,9 @@
 
 #include "test_util.hpp"
 
-namespace {
+// A namespace of its own: test_layers compiles its sources as one (tests/CMakeLists.txt).
+namespace test_transformer {
+
 namespace ts = tessera;
 using ts::cpu;
 using ts::Tensor;
@@ -139,4 +141,4 @@ TEST(MultiheadAttention, BadInputNamesTheModule) {
   }
 }
 
-}  // namespace
+}  // namespace test_transformer

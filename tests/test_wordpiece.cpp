@@ -11,7 +11,9 @@
 #include <tessera/text/wordpiece.hpp>
 #include <vector>
 
-namespace {
+// A namespace of its own: test_layers compiles its sources as one (tests/CMakeLists.txt).
+namespace test_wordpiece {
+
 namespace ts = tessera;
 namespace fs = std::filesystem;
 using ts::text::WordPiece;
@@ -138,4 +140,4 @@ TEST(WordPiece, BadVocabulariesAreErrors) {
   fs::remove_all(dir);
 }
 
-}  // namespace
+}  // namespace test_wordpiece
