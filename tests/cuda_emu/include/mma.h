@@ -4,10 +4,13 @@
 // accumulators).
 //
 // WMMA states its contract per tile: which elements of a fragment a lane holds is unspecified,
-// and every lane of the warp must make the same calls. So here every lane holds the whole tile
-// and computes all of it; the results kernels can observe (what store_matrix_sync writes) are
-// the same as on a GPU, up to the order of the float additions inside one mma_sync. The
-// documented requirements are checked: pointers 256-bit aligned, ldm a multiple of 16 bytes.
+// and every lane of the warp must make the same calls. So here every lane loads the whole tile,
+// but mma_sync computes, and store_matrix_sync writes, only the lane's share of the result
+// (element e of the tile belongs to lane e % 32), as on a GPU each lane owns part of the
+// accumulators: the results meet only in memory, and the warp does the work once, not 32
+// times. What store_matrix_sync writes is the same as on a GPU, up to the order of the float
+// additions inside one mma_sync. The documented requirements are checked: pointers 256-bit
+// aligned, ldm a multiple of 16 bytes.
 // tf32 inputs are read as the hardware reads them, from the top 19 bits of each float (a kernel
 // that forgets __float_to_tf32 truncates, as on a GPU); integer products wrap in 32 bits.
 //
@@ -26,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <tessera/core/bfloat16.hpp>
 #include <tessera/core/float8.hpp>
 #include <tessera/core/half.hpp>
@@ -72,7 +76,17 @@ struct fragment {
 
 namespace emu {
 // The 16-bit formats decode as tessera's own types do (the same bits, the same layout).
-inline float to_value(__half h) { return static_cast<float>(tessera::half::from_bits(h.x)); }
+// __half through a table of its 65536 values: every lane loads the whole tile, and decoding
+// each element was a fifth of the emulated tensor-core tests' time.
+inline float to_value(__half h) {
+  static const std::unique_ptr<float[]> table = [] {
+    auto t = std::make_unique<float[]>(65536);
+    for (uint32_t bits = 0; bits < 65536; ++bits)
+      t[bits] = static_cast<float>(tessera::half::from_bits(static_cast<uint16_t>(bits)));
+    return t;
+  }();
+  return table[h.x];
+}
 inline float to_value(__nv_bfloat16 h) {
   return static_cast<float>(tessera::bfloat16::from_bits(h.x));
 }
@@ -95,6 +109,11 @@ inline void check(const void* p, unsigned ldm, size_t elem_bytes, const char* wh
                  what, p, ldm, 16 / elem_bytes);
     std::abort();
   }
+}
+// The calling thread's lane: its linear index in the block, modulo the warp size.
+inline int lane() {
+  return static_cast<int>((threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) %
+                          32);
 }
 }  // namespace emu
 
@@ -125,9 +144,11 @@ void store_matrix_sync(Acc* p, const fragment<accumulator, M, N, K, Acc>& f, uns
                        layout_t layout) {
   static_assert(std::is_same_v<Acc, float> || std::is_same_v<Acc, int>);
   emu::check(p, ldm, sizeof(Acc), "store_matrix_sync");
-  for (int r = 0; r < M; ++r)
-    for (int c = 0; c < N; ++c)
-      (layout == mem_row_major ? p[size_t(r) * ldm + c] : p[size_t(c) * ldm + r]) = f.x[r * N + c];
+  // The lane's share only; the warp's other lanes write the rest.
+  for (int e = emu::lane(); e < M * N; e += 32) {
+    const int r = e / N, c = e % N;
+    (layout == mem_row_major ? p[size_t(r) * ldm + c] : p[size_t(c) * ldm + r]) = f.x[e];
+  }
 }
 
 template <class Use, int M, int N, int K, class T, class Layout, class V>
@@ -147,20 +168,19 @@ void mma_sync(fragment<accumulator, M, N, K, Acc>& d, const fragment<matrix_a, M
     else
       return x;
   };
-  // Each output adds its K products to c in k order. The operands are read as the tensor cores
-  // read them once, and the column loop is innermost, so the host compiler vectorises it.
-  using A = emu::value_t<T>;
-  A av[M * K], bv[K * N];
-  for (int i = 0; i < M * K; ++i) av[i] = tf32_or_value(a.x[i]);
-  for (int i = 0; i < K * N; ++i) bv[i] = tf32_or_value(b.x[i]);
+  // The lane's outputs (element e for e % 32 == lane): each adds its K products to c in k order,
+  // reading the operands as the tensor cores read them. The lane's other elements keep c's
+  // values; no lane stores them.
   // Integers sum in uint32, wrapping like the hardware.
   using S = std::conditional_t<std::is_same_v<Acc, int>, uint32_t, float>;
-  S out[M * N];
-  for (int i = 0; i < M * N; ++i) out[i] = static_cast<S>(c.x[i]);
-  for (int i = 0; i < M; ++i)
+  if (&d != &c) d = c;
+  for (int e = emu::lane(); e < M * N; e += 32) {
+    const int i = e / N, j = e % N;
+    S sum = static_cast<S>(c.x[e]);
     for (int k = 0; k < K; ++k)
-      for (int j = 0; j < N; ++j) out[i * N + j] += static_cast<S>(av[i * K + k] * bv[k * N + j]);
-  std::memcpy(d.x, out, sizeof out);
+      sum += static_cast<S>(tf32_or_value(a.x[i * K + k]) * tf32_or_value(b.x[k * N + j]));
+    d.x[e] = static_cast<Acc>(sum);
+  }
 }
 
 }  // namespace nvcuda::wmma
