@@ -8,7 +8,9 @@
 //   x86-64 with GCC or Clang: every set from the compiler's baseline up to avx512 (-O2: scalar,
 //     avx2, avx512; -march=native on an AVX-512 machine: avx512 only);
 //   AArch64: neon; elsewhere, nvcc's host and device passes, MSVC: the baseline only;
-//   TESSERA_SIMD_SCALAR: scalar only; TESSERA_NO_ISA_DISPATCH: the baseline only.
+//   TESSERA_SIMD_SCALAR: scalar only; TESSERA_NO_ISA_DISPATCH: the baseline only;
+//   TESSERA_NO_AVX512: no avx512 pass (a CPU with AVX-512 runs the avx2 one), for programs
+//     whose CPUs lack it, and a third less compile time.
 // The families (map_kernel<cpu>, ...) are defined below the passes and forward each call to the
 // pass of the chosen set. Everything the passes include is included here first, outside any
 // target pragma, so that no inline function outside the pass namespaces is compiled for a
@@ -79,6 +81,10 @@
 #define TESSERA_DETAIL_CPU_BASELINE 0
 #endif
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && \
+    !defined(TESSERA_NO_ISA_DISPATCH) && defined(TESSERA_NO_AVX512) &&   \
+    TESSERA_DETAIL_CPU_BASELINE < 2
+#define TESSERA_DETAIL_CPU_TOP 1
+#elif (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && \
     !defined(TESSERA_NO_ISA_DISPATCH)
 #define TESSERA_DETAIL_CPU_TOP 2
 #else
@@ -126,8 +132,8 @@
 
 // ---- dispatch ----------------------------------------------------------------------------------
 // TESSERA_DETAIL_CPU_DISPATCH(call) runs `isa_X::call` for the chosen instruction set: its pass
-// when compiled here, else the baseline pass (a set below the baseline was asked for, or the
-// translation unit compiles one pass only).
+// when compiled here, else the avx2 pass for avx512 under TESSERA_NO_AVX512, else the baseline
+// pass (a set below the baseline was asked for, or the translation unit compiles one pass only).
 #define TESSERA_DETAIL_CPU_NS_0 isa_scalar
 #define TESSERA_DETAIL_CPU_NS_1 isa_avx2
 #define TESSERA_DETAIL_CPU_NS_2 isa_avx512
@@ -136,7 +142,13 @@
 #define TESSERA_DETAIL_CPU_CAT(a, b) TESSERA_DETAIL_CPU_CAT_(a, b)
 #define TESSERA_DETAIL_CPU_BASELINE_NS \
   TESSERA_DETAIL_CPU_CAT(TESSERA_DETAIL_CPU_NS_, TESSERA_DETAIL_CPU_BASELINE)
-#if TESSERA_DETAIL_CPU_HAS_PASS_1 && TESSERA_DETAIL_CPU_BASELINE < 1
+#if TESSERA_DETAIL_CPU_HAS_PASS_1 && TESSERA_DETAIL_CPU_BASELINE < 1 && \
+    !TESSERA_DETAIL_CPU_HAS_PASS_2
+#define TESSERA_DETAIL_CPU_CASE_1(call) \
+  case ::tessera::cpu_isa::avx512:      \
+  case ::tessera::cpu_isa::avx2:        \
+    return ::tessera::isa_avx2::call;
+#elif TESSERA_DETAIL_CPU_HAS_PASS_1 && TESSERA_DETAIL_CPU_BASELINE < 1
 #define TESSERA_DETAIL_CPU_CASE_1(call) \
   case ::tessera::cpu_isa::avx2:        \
     return ::tessera::isa_avx2::call;
