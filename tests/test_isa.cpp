@@ -15,12 +15,6 @@ namespace ts = tessera;
 const ts::cpu_isa all_isas[] = {ts::cpu_isa::scalar, ts::cpu_isa::avx2, ts::cpu_isa::avx512,
                                 ts::cpu_isa::neon};
 
-/// Restores the instruction set the process started with.
-struct isa_guard {
-  ts::cpu_isa saved = ts::get_isa();
-  ~isa_guard() { ts::set_isa(saved); }
-};
-
 TEST(Isa, EnvironmentChoosesTheSet) {
   std::printf("[   ISA    ] running %s, best %s\n", ts::isa_name(ts::get_isa()),
               ts::isa_name(ts::detail::best_cpu_isa()));
@@ -33,7 +27,7 @@ TEST(Isa, EnvironmentChoosesTheSet) {
 }
 
 TEST(Isa, SetIsaRefusesWhatTheCpuLacks) {
-  isa_guard guard;
+  tt::isa_guard guard;
   EXPECT_TRUE(ts::cpu_supports(ts::cpu_isa::scalar));
   for (ts::cpu_isa isa : all_isas) {
     if (ts::cpu_supports(isa)) {
@@ -90,7 +84,7 @@ std::vector<std::vector<double>> run_every_family() {
 }
 
 TEST(Isa, EverySetTheCpuRunsMatchesTheScalarKernels) {
-  isa_guard guard;
+  tt::isa_guard guard;
   ts::set_isa(ts::cpu_isa::scalar);
   const auto want = run_every_family();
   int checked = 0;

@@ -16,11 +16,6 @@ namespace ts = tessera;
 static_assert(!TESSERA_DETAIL_CPU_HAS_PASS_2, "TESSERA_NO_AVX512 still compiled the avx512 pass");
 #endif
 
-struct isa_guard {
-  ts::cpu_isa saved = ts::get_isa();
-  ~isa_guard() { ts::set_isa(saved); }
-};
-
 /// A float sum, exp and matmul: their rounding depends on the vector width, so the avx512 and
 /// avx2 kernels give different bits, and the scalar ones others again.
 std::vector<std::vector<float>> results() {
@@ -32,7 +27,7 @@ std::vector<std::vector<float>> results() {
 
 TEST(IsaWithoutAvx512, AnAvx512CpuRunsTheAvx2Kernels) {
   if (!ts::cpu_supports(ts::cpu_isa::avx512)) GTEST_SKIP() << "this CPU has no AVX-512";
-  isa_guard guard;
+  tt::isa_guard guard;
   ts::set_isa(ts::cpu_isa::avx2);
   const auto avx2 = results();
   ts::set_isa(ts::cpu_isa::avx512);
@@ -43,7 +38,7 @@ TEST(IsaWithoutAvx512, TheAvx2KernelsAreNotTheScalarOnes) {
   if (!ts::cpu_supports(ts::cpu_isa::avx2)) GTEST_SKIP() << "this CPU has no AVX2";
   if (!(TESSERA_DETAIL_CPU_HAS_PASS_0 && TESSERA_DETAIL_CPU_HAS_PASS_1))
     GTEST_SKIP() << "one kernel pass in this build (-march=native or TESSERA_NO_ISA_DISPATCH)";
-  isa_guard guard;
+  tt::isa_guard guard;
   ts::set_isa(ts::cpu_isa::scalar);
   const auto scalar = results();
   ts::set_isa(ts::cpu_isa::avx2);

@@ -18,6 +18,12 @@
 namespace tt {
 namespace ts = tessera;
 
+/// Restores the instruction set the process started with.
+struct isa_guard {
+  ts::cpu_isa saved = ts::get_isa();
+  ~isa_guard() { ts::set_isa(saved); }
+};
+
 /// Every element (row-major) as double.
 template <class T, class B>
 std::vector<double> to_doubles(const ts::Tensor<T, B>& t) {
