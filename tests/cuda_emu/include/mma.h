@@ -35,14 +35,6 @@
 #include <tessera/core/half.hpp>
 #include <type_traits>
 
-// The emulated products are most of the emulated GEMM tests' run time, and run several times
-// slower at -O1 (the emulated suite's level): compiled at -O2 in every translation unit, so that
-// whichever copy the linker keeps is fast.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC push_options
-#pragma GCC optimize("O2")
-#endif
-
 namespace nvcuda::wmma {
 
 struct matrix_a {};
@@ -399,7 +391,3 @@ void wgmma_m64nN(D* d, int n, uint64_t desc_a, uint64_t desc_b, bool trans_a, bo
 }
 
 }  // namespace tessera_cuda_emulation
-
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC pop_options
-#endif
