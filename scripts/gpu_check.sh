@@ -29,11 +29,11 @@
 # programs (tessera_cuda_tests, bench_cuda, bench_cuda_conv, bench_cuda_train, fashion_mnist,
 # fashion_mnist_cuda: build them with the test-cuda preset for the GPU's architecture, e.g.
 # CMAKE_CUDA_ARCHITECTURES=90a, which also keeps the bundle small), the PyTorch script and the
-# report script, the shared libraries they need that a CUDA image lacks (Google Benchmark), and
-# the Fashion-MNIST files, so a GPU machine with the CUDA driver, toolkit and PyTorch can run
-# them. cuDNN is found at run time in the toolkit or in PyTorch's nvidia-cudnn package. `run`
-# writes each step's log to OUT_DIR, goes on after a failure, and
-# ends with a short summary (the end of the output is what a remote call returns).
+# report script, the shared libraries they need that a CUDA image lacks (Google Benchmark,
+# utf8proc), and the Fashion-MNIST files, so a GPU machine with the CUDA driver, toolkit and
+# PyTorch can run them. cuDNN is found at run time in the toolkit or in PyTorch's nvidia-cudnn
+# package. `run` writes each step's log to OUT_DIR, goes on after a failure, and ends with a
+# short summary (the end of the output is what a remote call returns).
 set -uo pipefail
 
 mode="${1:-run}"
@@ -51,7 +51,7 @@ if [[ "$mode" == bundle ]]; then
   [[ -x "$build/tests/cuda/test_dist_nccl" ]] && cp "$build/tests/cuda/test_dist_nccl" "$dest/bin/"
   cp bench/torch_cuda_step.py scripts/cuda_report.py "$dest/bin/"
   ldd "$dest"/bin/tessera_cuda_tests "$dest"/bin/bench_cuda* "$dest"/bin/fashion_mnist* |
-    awk '/libbenchmark|libgomp/ { print $3 }' | sort -u |
+    awk '/libbenchmark|libgomp|libutf8proc/ { print $3 }' | sort -u |
     while read -r lib; do cp -L "$lib" "$dest/lib/"; done
   cp "${TESSERA_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}"/*.gz "$dest/data/"
   # The symbol tables only (the device code lives in the programs' fatbin sections).
@@ -122,7 +122,7 @@ sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sa
 # gains, the backward convolution passes) come last.
 racecheck_filter='CudaReduce*:CudaGemm/*:CudaGemmPipeline*:CudaGemmMma8*:CudaGemm16*:'
 racecheck_filter+='CudaGemmWgmmaTma*:CudaConvChannelsLast*:CudaConvOps.Winograd*:CudaSoftmax*:'
-racecheck_filter+='CudaLoss*:CudaPool*'
+racecheck_filter+='CudaLoss*:CudaPool*:CudaAttention*'
 all_steps=(tests:150:60 bench_accept:150:60 memcheck:180:60 conv_fwd:100:40 train:60:30
   torch:60:30 racecheck:240:60 synccheck:90:40 example:120:60 nccl:60:20 profile:150:40
   bench_rest:300:60 conv_rest:300:60)

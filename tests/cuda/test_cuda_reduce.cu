@@ -158,6 +158,22 @@ TEST_F(CudaReduce, ReductionNaNAndTies) {
       ts::full<float, ts::cpu>({2, 3}, -inf));
 }
 
+TEST_F(CudaReduce, OrderDoesNotDependOnAlignment) {
+  // A contiguous run is read with 16-byte loads where it is aligned and element by element
+  // where not, in the same order: a view one element in and its aligned copy give the same bits.
+  const int64_t n = (int64_t{1} << 20) + 9;
+  const auto x = sample<float>({n}, 92).to<ts::cuda>();
+  const auto view = x.slice(0, 1, n), copy = view.contiguous();
+  EXPECT_TRUE(same_bits(ts::sum(view).to<ts::cpu>(), ts::sum(copy).to<ts::cpu>()));
+  EXPECT_TRUE(same_bits(ts::argmax(view).to<ts::cpu>(), ts::argmax(copy).to<ts::cpu>()));
+  const auto h = sample<ts::half>({3, 70001}, 93).to<ts::cuda>();
+  const auto hv = h.slice(1, 3, 70001), hc = hv.contiguous();
+  EXPECT_TRUE(same_bits(ts::sum(hv, {1}).to<ts::cpu>(), ts::sum(hc, {1}).to<ts::cpu>()));
+  expect_same(
+      "half rows, unaligned", 2e-3, 0.5, [](const auto& t) { return ts::sum(t, {1}); },
+      sample<ts::half>({3, 70001}, 93).slice(1, 3, 70001));
+}
+
 TEST_F(CudaReduce, ReductionsAreDeterministic) {
   // The host emulation runs blocks one after another, so it cannot reorder anything: there the
   // test only checks that the many-block paths run, which a sixteenth of the size does too.

@@ -73,9 +73,54 @@ __device__ __forceinline__ void cuda_block_tree(const R& red, typename R::acc_ty
   }
 }
 
+/// Elements per run of cuda_reduce_runs: one 16-byte load of In.
+template <class In>
+inline constexpr int cuda_reduce_run = sizeof(In) <= 16 && 16 % sizeof(In) == 0 ? 16 / sizeof(In)
+                                                                                : 1;
+
+/// Thread y of Y steps acc through positions [t0, t1) of one strided dim (stride s) in runs of
+/// V = cuda_reduce_run<In> consecutive positions: runs y, y + Y, y + 2Y, ..., each in order.
+/// Where the dim is contiguous and 16-byte aligned, a whole run is one vector load: four times
+/// the bytes in flight per thread of one element per load, which the sum over 1 GiB needs to
+/// approach the copy bandwidth. The order is the same either way (it depends on the shape and
+/// strides only, never on alignment); t0 is a multiple of V.
+template <class R, class In>
+__device__ __forceinline__ typename R::acc_type cuda_reduce_runs(const R& red,
+                                                                 typename R::acc_type acc,
+                                                                 const In* base, int64_t s,
+                                                                 int64_t t0, int64_t t1, int y,
+                                                                 int Y) {
+  constexpr int V = cuda_reduce_run<In>;
+  struct alignas(16) run {
+    In v[V];
+  };
+  const bool vector = V > 1 && s == 1 && reinterpret_cast<uintptr_t>(base) % 16 == 0;
+  int64_t t = t0 + int64_t{y} * V;
+  if (vector) {
+    // Whole runs as vectors, several loads in flight; the last, partial run element-wise.
+#pragma unroll 4
+    for (; t + V <= t1; t += int64_t{Y} * V) {
+      const run r = *reinterpret_cast<const run*>(base + t);
+#pragma unroll
+      for (int j = 0; j < V; ++j) acc = red.step(acc, r.v[j], t + j);
+    }
+    if (t < t1)
+      for (int64_t u = t; u < t1; ++u) acc = red.step(acc, base[u], u);
+    return acc;
+  }
+#pragma unroll 4
+  for (; t < t1; t += int64_t{Y} * V) {
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      if (t + j < t1) acc = red.step(acc, base[(t + j) * s], t + j);
+  }
+  return acc;
+}
+
 /// Pass 1. A block of X * Y = 256 threads (X and Y from blockDim, one kernel for every layout)
-/// handles X consecutive outputs times one chunk of positions; thread (x, y) steps through
-/// positions chunk_start + y, + Y, + 2Y, ... in order, then the block tree combines the Y
+/// handles X consecutive outputs times one chunk of positions; thread (x, y) steps through its
+/// positions in order (runs of cuda_reduce_runs over one strided dim, else chunk_start + y,
+/// + Y, + 2Y, ...), then the block tree combines the Y
 /// partial results of each output. With one chunk per output the result is final; otherwise
 /// it goes to part[p * nout + o] (p: the chunk) for pass 2.
 template <class R, class In, class Out>
@@ -96,9 +141,7 @@ __global__ void __launch_bounds__(cuda_reduce_threads)
       const In* base = in + in_off;
       const int64_t t1 = g.count - p * g.chunk < g.chunk ? g.count : p * g.chunk + g.chunk;
       if (g.rrank <= 1) {  // one strided dim (or a scalar): no index arithmetic
-        const int64_t s = g.rstride[0];
-#pragma unroll 4
-        for (int64_t t = p * g.chunk + y; t < t1; t += Y) acc = red.step(acc, base[t * s], t);
+        acc = cuda_reduce_runs(red, acc, base, g.rstride[0], p * g.chunk, t1, y, Y);
       } else {
         for (int64_t t = p * g.chunk + y; t < t1; t += Y)
           acc = red.step(acc, base[cuda_reduced_offset(g, t)], t);
