@@ -49,7 +49,7 @@ if [[ "$mode" == bundle ]]; then
   # The NCCL group's suite (tests/dist/test_dist_nccl.cu), when the build has it: step nccl runs
   # it as one rank where the GPU machine has an mpiexec (OpenMPI 4: libmpi.so.40).
   [[ -x "$build/tests/cuda/test_dist_nccl" ]] && cp "$build/tests/cuda/test_dist_nccl" "$dest/bin/"
-  cp bench/torch_cuda_step.py scripts/cuda_report.py "$dest/bin/"
+  cp bench/torch_cuda_step.py scripts/cuda_report.py scripts/ncu_source_summary.py "$dest/bin/"
   ldd "$dest"/bin/tessera_cuda_tests "$dest"/bin/bench_cuda* "$dest"/bin/fashion_mnist* |
     awk '/libbenchmark|libgomp|libutf8proc/ { print $3 }' | sort -u |
     while read -r lib; do cp -L "$lib" "$dest/lib/"; done
@@ -137,7 +137,8 @@ all_steps=(tests:150:60 bench_accept:150:60 memcheck:180:60 conv_fwd:100:40 trai
 # profile: Nsight Compute's sections for the widest gaps to the anchors, one launch each:
 # PROGRAM|ROW FILTER|KERNEL REGEX|NAME (the regex may hold |, the filter not). The tf32, bf16
 # and fp16 GEMMs, cuBLAS's bf16 beside them, the fp32 SIMT GEMM, the sum. TESSERA_GPU_PROFILE
-# replaces the list.
+# replaces the list. Each also gets profile_NAME.sass.txt: where its warps' stall samples fell,
+# instruction by instruction (scripts/ncu_source_summary.py; the benchmarks carry -lineinfo).
 profiles='bench_cuda|^gemm_tf32/tessera/8192x|wgmma|gemm_tf32
 bench_cuda|^gemm_bf16/tessera/8192x|wgmma|gemm_bf16
 bench_cuda|^gemm_fp16/tessera/8192x|wgmma|gemm_fp16
@@ -160,6 +161,7 @@ run_step() {  # run_step NAME: the command of step NAME
     profile)
       local ncu line prog filter regex name
       ncu="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"
+      mkdir -p "$out/ncu"
       while IFS= read -r line; do
         prog="${line%%|*}"; name="${line##*|}"; line="${line#*|}"; filter="${line%%|*}"
         regex="${line#*|}"; regex="${regex%|*}"
@@ -168,9 +170,14 @@ run_step() {  # run_step NAME: the command of step NAME
           --launch-count 1 --section SpeedOfLight --section LaunchStats --section Occupancy \
           --section WarpStateStats --section ComputeWorkloadAnalysis \
           --section MemoryWorkloadAnalysis --section SchedulerStats --section SourceCounters \
-          --print-details all \
+          --print-details all -f -o "$out/ncu/$name" \
           "$bin/$prog" "--benchmark_filter=$filter" >"$out/profile_$name.txt" 2>&1
         echo "rc=$? ($out/profile_$name.txt)"
+        # Where the stall samples fell, instruction by instruction (the whole table stays here).
+        "$ncu" -i "$out/ncu/$name.ncu-rep" --page source --csv --print-source sass \
+          >"$out/ncu/$name.csv" 2>&1 &&
+          python3 "$bin/ncu_source_summary.py" "$out/ncu/$name.csv" \
+            >"$out/profile_$name.sass.txt" 2>&1
       done <<<"$profiles" ;;
     bench_accept) bench bench_cuda accept \
       '^(ceiling|stream)/|^gemm_[a-z0-9]+/(tessera|cublas)/' ;;

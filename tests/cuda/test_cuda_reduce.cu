@@ -107,6 +107,12 @@ TEST_F(CudaReduce, LongAndShapedReductions) {
       "argmax long", 0, 0, [](const auto& t) { return ts::argmax(t); }, v);
   expect_same(
       "logsumexp long", 1e-6, 1e-6, [](const auto& t) { return ts::logsumexp(t); }, v);
+  // 2^22 positions and more: 128 per thread and chunk (a quarter of the partial results).
+  const auto v4 = sample<float>({(int64_t{1} << 22) + 3}, 86);
+  expect_same(
+      "sum longer", 1e-5, 1e-2, [](const auto& t) { return ts::sum(t); }, v4);
+  expect_same(
+      "argmin longer", 0, 0, [](const auto& t) { return ts::argmin(t); }, v4);
   const auto m = sample<float>({4097, 67}, 81);
   expect_same(
       "sum cols", 1e-5, 1e-3, [](const auto& t) { return ts::sum(t, {0}); }, m);

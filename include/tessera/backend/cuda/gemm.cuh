@@ -159,12 +159,27 @@ struct alignas(4 * sizeof(Acc)) cuda_simt_quad {
 /// fall in eight different bank groups rather than one, and rows stay aligned for quad reads.
 inline constexpr int cuda_gemm_pitch = cuda_gemm_bm + 4;
 
+/// Blocks of the SIMT kernel an SM must hold: two for plain float products on 128-row
+/// tiles (ptxas then keeps them to 128 registers, spilling 232 bytes; alone, it took 231 and
+/// left one block of 8 warps per SM, too few to hide the latencies: the FMA pipe was busy 40% of
+/// the time on an H200; two blocks made 4096^3 and 8192^3 1.2x faster, 1024^3 7% slower), one
+/// for the rest: the gathers and other types need more registers (not measured), and the 64-row
+/// tiles' short products ran 1.3x slower with two (the spills, and too few blocks to gain from a
+/// second).
+template <class TA, class TB, class Acc, bool Gather, bool KGather, int BM>
+inline constexpr int cuda_gemm_simt_min_blocks =
+    std::is_same_v<TA, float>&& std::is_same_v<TB, float>&& std::is_same_v<Acc, float> && !Gather &&
+            !KGather && BM == 128
+        ? 2
+        : 1;
+
 /// One BM x 128 tile (BM 128, or 64 for products of at most 64 rows) of matrix blockIdx.z
 /// (+ 65535 * i for large batches) per block, each thread BM / 16 x 8 outputs placed as
 /// cuda_simt_quads says. Every output is the same sum in the same order for either BM.
 template <class TA, class TB, class Acc, bool Gather = false, class TC = Acc, bool KGather = false,
           int BM = cuda_gemm_bm>
-__global__ void __launch_bounds__(cuda_gemm_threads)
+__global__ void __launch_bounds__(cuda_gemm_threads,
+                                  cuda_gemm_simt_min_blocks<TA, TB, Acc, Gather, KGather, BM>)
     cuda_gemm_simt(cuda_gemm_args<TA, TB, Acc, TC> p, int64_t batch) {
   static_assert(!(Gather && KGather), "one gather at a time");
   static_assert((BM == 128 || BM == 64) && cuda_gemm_bn == 128 && cuda_gemm_threads == 256,

@@ -274,6 +274,25 @@ __device__ __forceinline__ void cuda_store_run(T* out, const T (&v)[N]) {
 #endif
 }
 
+/// Whether every output of c is alpha times its sum (no beta term, bias or ReLU) and c's rows
+/// take runs of N outputs as aligned vectors (c_cs 1, c and c_rs aligned to N): the usual
+/// product, for which the wgmma kernels keep a small epilogue (cuda_wgmma_store_tile).
+template <int N, class TA, class TB, class Acc, class TC>
+__device__ __forceinline__ bool cuda_gemm_scaled_runs(const cuda_gemm_args<TA, TB, Acc, TC>& p,
+                                                      const TC* c) {
+  return p.beta == Acc(0) && p.bias_kind == gemm_bias::none && !p.relu && p.c_cs == 1 &&
+         p.c_rs % N == 0 && reinterpret_cast<uintptr_t>(c) % (N * sizeof(TC)) == 0;
+}
+
+/// alpha * acc as an output of c: cuda_gemm_output where cuda_gemm_scaled_runs holds.
+template <class TA, class TB, class Acc, class TC>
+__device__ __forceinline__ TC cuda_gemm_scaled(const cuda_gemm_args<TA, TB, Acc, TC>& p, Acc acc) {
+  if constexpr (std::is_same_v<TC, Acc>)
+    return p.alpha * acc;
+  else
+    return TC(static_cast<float>(p.alpha * acc));
+}
+
 /// cuda_gemm_store_part for outputs (gi, gj + e), e < N, of one row: one vector store where the
 /// N lie inside the product, side by side (c_cs 1) and aligned to the vector; else one by one.
 /// Lanes holding runs of consecutive columns then write whole sectors (or halves of them) per

@@ -97,8 +97,8 @@ __device__ __forceinline__ typename R::acc_type cuda_reduce_runs(const R& red,
   const bool vector = V > 1 && s == 1 && reinterpret_cast<uintptr_t>(base) % 16 == 0;
   int64_t t = t0 + int64_t{y} * V;
   if (vector) {
-    // Whole runs as vectors, several loads in flight; the last, partial run element-wise.
-#pragma unroll 4
+    // Whole runs as vectors, eight loads in flight; the last, partial run element-wise.
+#pragma unroll 8
     for (; t + V <= t1; t += int64_t{Y} * V) {
       const run r = *reinterpret_cast<const run*>(base + t);
 #pragma unroll
@@ -173,6 +173,7 @@ __global__ void __launch_bounds__(cuda_reduce_threads)
     const int64_t o = grp * X + x;
     Acc acc = red.identity();
     if (o < g.nout)
+#pragma unroll 8
       for (int64_t p = y; p < g.parts; p += Y) acc = red.combine(acc, part[p * g.nout + o]);
     sh[y * X + x] = acc;
     cuda_block_tree(red, sh);
@@ -226,8 +227,12 @@ struct reduce_kernel<cuda> {
     const int64_t r_inner = rn.rank ? rn.strides[0][rn.rank - 1] : 1;
     const int64_t k_inner = on.rank ? on.strides[0][on.rank - 1] : 0;
     const bool wide = nout < 32 || (g.count >= 128 && (r_inner == 1 || k_inner != 1));
+    // Long reductions give each thread four times the positions (128): a quarter of the block
+    // trees and of the partial results pass 2 reads. 2^22 positions still make 128 chunks, a
+    // block or more per SM; below it more, shorter chunks keep the SMs busy. The rule reads the
+    // shape only, so results do not depend on the device.
     if (wide)
-      launch(red, in.data, g, out.data, 1, 256, 32);
+      launch(red, in.data, g, out.data, 1, 256, g.count >= (int64_t{1} << 22) ? 128 : 32);
     else
       launch(red, in.data, g, out.data, 32, 8, 64);
   }

@@ -302,19 +302,38 @@ __device__ __forceinline__ void cuda_wgmma_stage_promoted(Acc (&acc)[NT][64], Ac
 /// cuda_wgmma_m64n128's layout) for the block's tile at (m0, n0): every output inside the
 /// product through cuda_gemm_store_run, each thread's two consecutive columns in one store (the
 /// raw sums into part under a split k).
+///
+/// A warpgroup's 64 x 128 outputs lying wholly inside the product take a short path where the
+/// store is plain (raw sums, or alpha times the sums into aligned rows: cuda_gemm_scaled_runs),
+/// about 6 instructions per pair of outputs. The general path, unrolled over the 32 pairs with
+/// every case of cuda_gemm_store_run inlined in each, is 15 to 33 thousand instructions: run once
+/// per tile, each fetched from beyond the instruction cache, it took as long as the k loop on an
+/// H200 (Nsight Compute: half the warps' samples, most of them waiting for instructions).
 template <class TA, class TB, class Acc, class TC>
 __device__ __forceinline__ void cuda_wgmma_store_tile(const cuda_gemm_args<TA, TB, Acc, TC>& p,
                                                       TC* c, Acc* part, int64_t m0, int64_t n0,
                                                       int wg, int l, const Acc (&acc)[64]) {
   const int64_t r0 = m0 + 64 * wg + 16 * (l / 32) + l % 32 / 4, c0 = n0 + l % 4 * 2;
+  // 1: raw sums, 2: scaled sums, each a pair per store with no checks; 0: the general path. The
+  // accumulators are read in one place: branching around reads of them makes ptxas serialize
+  // the kernel's wgmma (C7520).
+  const bool inside = m0 + 128 <= p.m && n0 + 128 <= p.n;
+  const int plain = !inside                          ? 0
+                    : part                           ? (p.n % 2 == 0 ? 1 : 0)
+                    : cuda_gemm_scaled_runs<2>(p, c) ? 2
+                                                     : 0;
 #pragma unroll
   for (int j = 0; j < 16; ++j)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // rows r0 and r0 + 8: two consecutive columns each
-      const int64_t gi = r0 + 8 * h;
-      if (gi < p.m)
-        cuda_gemm_store_run<2>(p, c, part, gi, c0 + 8 * j,
-                               {acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]});
+      const int64_t gi = r0 + 8 * h, gj = c0 + 8 * j;
+      const Acc a0 = acc[4 * j + 2 * h], a1 = acc[4 * j + 2 * h + 1];
+      if (plain == 1)
+        cuda_store_run<2>(part + gi * p.n + gj, {a0, a1});
+      else if (plain == 2)
+        cuda_store_run<2>(c + gi * p.c_rs + gj, {cuda_gemm_scaled(p, a0), cuda_gemm_scaled(p, a1)});
+      else if (gi < p.m)
+        cuda_gemm_store_run<2>(p, c, part, gi, gj, {a0, a1});
     }
 }
 
