@@ -89,15 +89,6 @@ const std::vector<std::string> texts = {
     "one two three four five six one two three four five six one two three four five",
     "unknown zebra words?"};
 
-double max_abs(const HostT<float>& a, const HostT<float>& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  const auto x = a.contiguous().to_vector(), y = b.contiguous().to_vector();
-  double m = 0;
-  for (size_t i = 0; i < x.size() && i < y.size(); ++i)
-    m = std::max(m, std::abs(static_cast<double>(x[i]) - y[i]));
-  return m;
-}
-
 /// Smallest cosine between matching rows of a and b (unit rows: their dot product).
 double min_cosine(const HostT<float>& a, const HostT<float>& b) {
   const auto x = a.contiguous().to_vector(), y = b.contiguous().to_vector();
@@ -122,11 +113,11 @@ TEST_F(CudaBert, Float32TokenStatesAndEmbeddingsMatchCpu) {
   const HostT<float> got =
       gpu.forward(enc.input_ids.to<ts::cuda>(), enc.attention_mask.to<ts::cuda>()).to<ts::cpu>();
   // Token states have magnitude ~1 after the layer norms; float sums in another order.
-  EXPECT_LE(max_abs(got, want), 2e-4);
+  expect_close(got, want, 0, 2e-4, "token states");
   const HostT<float> e_cpu = cpu.encode(texts), e_gpu = gpu.encode(texts).to<ts::cpu>();
-  EXPECT_LE(max_abs(e_gpu, e_cpu), 2e-5);
+  expect_close(e_gpu, e_cpu, 0, 2e-5, "embeddings");
   // Batches of 4 (a full and a partial one) give each text's embedding as the whole batch did.
-  EXPECT_LE(max_abs(gpu.encode(texts, 4).to<ts::cpu>(), e_cpu), 2e-5);
+  expect_close(gpu.encode(texts, 4).to<ts::cpu>(), e_cpu, 0, 2e-5, "embeddings, batches of 4");
 }
 
 TEST_F(CudaBert, EveryPrecisionMatchesTheCpuInTheSamePrecision) {
