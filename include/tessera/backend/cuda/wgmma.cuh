@@ -303,12 +303,14 @@ __device__ __forceinline__ void cuda_wgmma_stage_promoted(Acc (&acc)[NT][64], Ac
 /// product through cuda_gemm_store_run, each thread's two consecutive columns in one store (the
 /// raw sums into part under a split k).
 ///
-/// A warpgroup's 64 x 128 outputs lying wholly inside the product take a short path where the
-/// store is plain (raw sums, or alpha times the sums into aligned rows: cuda_gemm_scaled_runs),
-/// about 6 instructions per pair of outputs. The general path, unrolled over the 32 pairs with
-/// every case of cuda_gemm_store_run inlined in each, is 15 to 33 thousand instructions: run once
-/// per tile, each fetched from beyond the instruction cache, it took as long as the k loop on an
-/// H200 (Nsight Compute: half the warps' samples, most of them waiting for instructions).
+/// Tiles (128 rows, these 128 columns) lying wholly inside the product take a short path where
+/// the store is plain (raw sums, or alpha times the sums into aligned rows:
+/// cuda_gemm_scaled_runs), a few instructions per pair of outputs. The general path alone,
+/// unrolled over the 32 pairs with every case of cuda_gemm_store_run inlined in each, was 15 to
+/// 33 thousand instructions: run once per tile, each fetched from beyond the instruction cache,
+/// it took as long as the k loop on an H200 (Nsight Compute: half the warps' samples, most of
+/// them waiting for instructions). Its code still lies between the short path's pairs, which
+/// jump over it (docs/perf/cuda_gemm.md).
 template <class TA, class TB, class Acc, class TC>
 __device__ __forceinline__ void cuda_wgmma_store_tile(const cuda_gemm_args<TA, TB, Acc, TC>& p,
                                                       TC* c, Acc* part, int64_t m0, int64_t n0,
