@@ -102,7 +102,7 @@ if [[ "$bundle" == *.tgz || "$bundle" == *.tar.xz ]]; then
         "$bundle" "$out"
     fi
   fi
-  data="${bundle%%.*}-data.tar"
+  data="$(dirname "$bundle")/${name%%.*}-data.tar"  # beside it (a dot in a folder name is fine)
   [[ -f "$data" && ! -d "$unpacked/data" ]] && tar -xf "$data" -C "$out"
   bundle="$unpacked"
 fi
