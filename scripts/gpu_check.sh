@@ -8,10 +8,13 @@
 #   scripts/gpu_check.sh run [BUNDLE] [OUT_DIR] [STEP...]   on the GPU machine
 #
 # STEPs (default: all), most wanted first: tests bench_accept memcheck conv_fwd train torch
-# racecheck synccheck example nccl profile bench_rest conv_rest. bench_accept is bench_cuda's rows that the
+# racecheck synccheck example cpu_bert nccl profile bench_rest conv_rest. bench_accept is bench_cuda's rows that the
 # acceptance criteria read (copy ceiling, map, sum, tessera and cuBLAS GEMM), conv_fwd
 # bench_cuda_conv's forward rows against cuDNN, train bench_cuda_train, torch PyTorch's step;
 # bench_rest and conv_rest the other rows (tessera's design variants, the backward passes).
+# cpu_bert is for the transformer issue, on the GPU machine's own processor (which has the
+# AVX-512 bf16 and VNNI instructions the development machines may lack): test_matmul, then
+# bench_bert against ONNX Runtime on two cores, on a random model of all-MiniLM's shape.
 # A session has 15 minutes of device time (the machine's start included) and 10 a call, so the
 # steps share a budget, TESSERA_GPU_BUDGET seconds (default 540): each runs with a limit of
 # its own cap or what is left, whichever is less (rc 124: stopped there, its log kept), a step
@@ -49,8 +52,21 @@ if [[ "$mode" == bundle ]]; then
   # The NCCL group's suite (tests/dist/test_dist_nccl.cu), when the build has it: step nccl runs
   # it as one rank where the GPU machine has an mpiexec (OpenMPI 4: libmpi.so.40).
   [[ -x "$build/tests/cuda/test_dist_nccl" ]] && cp "$build/tests/cuda/test_dist_nccl" "$dest/bin/"
+  # Step cpu_bert's programs, from the CPU build (TESSERA_CPU_BUILD, default build; built for
+  # any x86-64: the kernels are chosen at run time), and what makes its random model.
+  cpu_build="${TESSERA_CPU_BUILD:-build}"
+  for program in tests/test_matmul bench/bench_bert; do
+    if [[ -x "$cpu_build/$program" ]]; then
+      cp "$cpu_build/$program" "$dest/bin/"
+    else
+      echo "gpu_check: no $cpu_build/$program: step cpu_bert will have nothing to run" >&2
+    fi
+  done
+  mkdir -p "$dest/bin/minilm_vocab"
+  cp tests/data/wordpiece/vocab.txt tests/data/wordpiece/tokenizer.json "$dest/bin/minilm_vocab/"
+  cp bench/bert/random_minilm.py bench/bert/bert_anchors.py "$dest/bin/"
   cp bench/torch_cuda_step.py scripts/cuda_report.py scripts/ncu_source_summary.py "$dest/bin/"
-  ldd "$dest"/bin/tessera_cuda_tests "$dest"/bin/bench_cuda* "$dest"/bin/fashion_mnist* |
+  ldd "$dest"/bin/tessera_cuda_tests "$dest"/bin/bench_* "$dest"/bin/fashion_mnist* |
     awk '/libbenchmark|libgomp|libutf8proc/ { print $3 }' | sort -u |
     while read -r lib; do cp -L "$lib" "$dest/lib/"; done
   cp "${TESSERA_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}"/*.gz "$dest/data/"
@@ -132,7 +148,8 @@ racecheck_filter='CudaReduce*:CudaGemm/*:CudaGemmPipeline*:CudaGemmMma8*:CudaGem
 racecheck_filter+='CudaGemmWgmmaTma*:CudaConvChannelsLast*:CudaConvOps.Winograd*:CudaSoftmax*:'
 racecheck_filter+='CudaLoss*:CudaPool*:CudaAttention*'
 all_steps=(tests:150:60 bench_accept:150:60 memcheck:180:60 conv_fwd:100:40 train:60:30
-  torch:60:30 racecheck:240:60 synccheck:90:40 example:120:60 nccl:60:20 profile:150:40
+  torch:60:30 racecheck:240:60 synccheck:90:40 example:120:60 cpu_bert:150:60 nccl:60:20
+  profile:150:40
   bench_rest:300:60 conv_rest:300:60)
 # profile: Nsight Compute's sections for the widest gaps to the anchors, one launch each:
 # PROGRAM|ROW FILTER|KERNEL REGEX|NAME (the regex may hold |, the filter not). The tf32, bf16
@@ -194,6 +211,29 @@ run_step() {  # run_step NAME: the command of step NAME
       fi
       "$bin/fashion_mnist_cuda" --device cuda --epochs 2 --save "$out/fashion_mnist_cuda.npz" &&
         "$bin/fashion_mnist" --epochs 2 --threads "$(nproc)" --save "$out/fashion_mnist_cpu.npz" ;;
+    cpu_bert)
+      if [[ ! -x "$bin/bench_bert" || ! -x "$bin/test_matmul" ]]; then
+        echo "bench_bert or test_matmul is not in the bundle (build them in TESSERA_CPU_BUILD)"
+        return 3
+      fi
+      grep -m 1 'model name' /proc/cpuinfo
+      echo "features: $(grep -m 1 '^flags' /proc/cpuinfo | tr ' ' '\n' |
+        grep -E '^(avx2|avx512f|avx512_vnni|avx_vnni|avx512_bf16|avx512_fp16|amx_bf16|amx_int8)$' |
+        tr '\n' ' ')"
+      # Two processors on two different cores (not hyperthreads of one), for every program.
+      local cpus
+      cpus="$(lscpu -p=CPU,CORE | grep -v '^#' | awk -F, '!seen[$2]++ { print $1 }' |
+        head -n 2 | paste -sd,)"
+      echo "pinned to processors $cpus"
+      # The kernels this processor runs are checked before they are timed.
+      "$bin/test_matmul" --gtest_brief=1 || return 1
+      python3 "$bin/random_minilm.py" "$out/minilm-random" "$bin/minilm_vocab" || return 1
+      TESSERA_MINILM_DIR="$out/minilm-random" taskset -c "$cpus" "$bin/bench_bert" \
+        --benchmark_filter='fp32|bf16|int8' --benchmark_repetitions=3 \
+        --benchmark_report_aggregates_only=true --benchmark_counters_tabular=true \
+        "--benchmark_out=$out/bench_bert.json" --benchmark_out_format=json
+      python3 "$bin/bert_anchors.py" export "$out/minilm-random" "$out/minilm-onnx" &&
+        taskset -c "$cpus" python3 "$bin/bert_anchors.py" ort "$out/minilm-onnx" ;;
     nccl)
       if [[ ! -x "$bin/test_dist_nccl" ]]; then
         echo "test_dist_nccl is not in the bundle (the build found no MPI or no libnccl)"
@@ -255,6 +295,8 @@ python3 "$bin/cuda_report.py" "$out" "$out/cuda_gemm.png" >"$out/report.md" 2>"$
   sed -n '/acceptance target/,$p' "$out/report.md"
   echo "== accuracy and epoch times (cuda, then cpu) =="
   grep -hs "test accuracy" "$out/example.log"
+  echo "== BERT on this machine's processor, 2 cores (tessera medians, ONNX Runtime best) =="
+  grep -hs -E 'model name|features|_median|onnxruntime' "$out/cpu_bert.log"
   echo "== failures =="
   grep -hs "FAILED\|ERROR SUMMARY\|ERROR OCCURRED" "$out"/*.log |
     sort -u | head -n 30

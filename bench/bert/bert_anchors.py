@@ -9,6 +9,7 @@
 
 Prints one line per measurement: name, sentences/s at 32 x 128, milliseconds at 1 x 16.
 """
+import inspect
 import os
 import sys
 import time
@@ -64,7 +65,9 @@ def export(model_dir, out):
     m = AutoModel.from_pretrained(model_dir).eval()
     ids, mask, types = (torch.from_numpy(a) for a in inputs(2, 8))
     os.makedirs(out, exist_ok=True)
-    torch.onnx.export(m, (ids, mask, types), os.path.join(out, "minilm.onnx"),
+    # Newer torch exports through dynamo by default, which reads dynamic_axes differently.
+    legacy = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
+    torch.onnx.export(m, (ids, mask, types), os.path.join(out, "minilm.onnx"), **legacy,
                       input_names=["input_ids", "attention_mask", "token_type_ids"],
                       output_names=["last_hidden_state"], opset_version=14,
                       dynamic_axes={k: {0: "n", 1: "l"} for k in
