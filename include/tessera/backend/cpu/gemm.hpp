@@ -186,6 +186,31 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
         } else if (nb_direct < nb) {
           pack_panels<NR>(b_blk + nb_direct * pr.b_cs, pr.b_cs, pr.b_rs, nb - nb_direct, kb, bbuf);
         }
+        // A few row blocks (a few rows of activations against a weight read in place, which
+        // does not fit L2): each B strip serves every row block while it is in L1, instead of
+        // coming again from L3 for each one. Otherwise the A micro-panel stays in L1 across
+        // the B strips (blocking.hpp).
+        const bool strip_outer = mb <= gemm_strip_outer_rows * MR;
+        // B read in place (TB elements from b): the strip of columns jr.. (a multiple of NR).
+        // In panels (a weight packed once) each column holds its k values in groups of g (4 for
+        // int8, pairs for bfloat16); NR divides the panel width, so one panel holds the strip.
+        const auto direct_strip = [&](int64_t jr, int64_t g) -> const TB* {
+          const int64_t j = j_begin + jc + jr;
+          if (pr.b_panel > 0)
+            return b + (j / pr.b_panel) * pr.b_cs + pc / g * pr.b_rs + j % pr.b_panel * g;
+          return b_blk + jr * pr.b_cs;
+        };
+        // What a micro-kernel reading the strip jr.. in place prefetches, in TB elements from
+        // each k step's row: the first row block reads the strip from memory and prefetches
+        // b_prefetch_rows further down it; in strip-outer order the other row blocks (which read
+        // it from L1 or L2) prefetch the same row of the next strip, so that its reads from
+        // memory overlap this strip's arithmetic instead of stalling its first row block
+        // (docs/perf/bert.md). direct: the strips below it are read in place.
+        const auto prefetch_ahead = [&](int64_t ir, int64_t jr, int64_t g, int64_t direct) {
+          if (strip_outer && ir > 0 && jr + NR < direct)
+            return static_cast<int64_t>(direct_strip(jr + NR, g) - direct_strip(jr, g));
+          return b_prefetch_rows / g * pr.b_rs;
+        };
         // One micro-tile: rows ir.. and columns jr.. of this block.
         const auto tile = [&](int64_t ir, int64_t jr) {
           const int mr_eff = static_cast<int>(std::min<int64_t>(MR, mb - ir));
@@ -194,78 +219,64 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
           Acc* c_tile = c + ci * pr.c_rs + cj * pr.c_cs;
           if constexpr (is_int8) {
             const int8_t* b_strip = bbuf + jr * kbp;
-            int64_t ldb = NR * 4;
-            bool stream_b = false;
+            int64_t ldb = NR * 4, b_ahead = 0;  // packed B: in cache, prefetches its own row
             if constexpr (std::is_same_v<TB, int8_t>) {
               if (pr.b_panel > 0) {  // as for float panels below, four k values per column
-                b_strip = b + (cj / pr.b_panel) * pr.b_cs + pc / 4 * pr.b_rs + cj % pr.b_panel * 4;
-                ldb = pr.b_rs, stream_b = true;
+                b_strip = direct_strip(jr, 4);
+                ldb = pr.b_rs, b_ahead = prefetch_ahead(ir, jr, 4, nb);
               }
             }
             gemm_micro_int8(kb, abuf + ir * kbp, b_strip, ldb, c_tile, pr.c_rs, pr.c_cs, mr_eff,
                             nr_eff, row_corr + ir, col_corr + jr, ep, ci, cj, narrow_shift,
-                            stream_b);
+                            b_ahead);
           } else if constexpr (is_bf16) {
             const uint32_t* b_strip = bbuf + jr * kpairs;
-            int64_t ldb = NR;
-            const bool stream_b = pr.b_panel > 0;
-            if (stream_b) {  // as for int8 panels, two k values per column (pc is even)
-              b_strip = reinterpret_cast<const uint32_t*>(b + (cj / pr.b_panel) * pr.b_cs +
-                                                          pc / 2 * pr.b_rs + cj % pr.b_panel * 2);
-              ldb = pr.b_rs / 2;
+            int64_t ldb = NR, b_ahead = 0;  // in words of two bfloat16 values
+            if (pr.b_panel > 0) {  // as for int8 panels, two k values per column (pc is even)
+              b_strip = reinterpret_cast<const uint32_t*>(direct_strip(jr, 2));
+              ldb = pr.b_rs / 2, b_ahead = prefetch_ahead(ir, jr, 2, nb) / 2;
             }
             if (bf16_dot) {
 #if defined(TESSERA_DETAIL_HAVE_BF16_DOT)
               gemm_micro_bf16_dot<MR>(kb, reinterpret_cast<const uint32_t*>(abuf) + ir * kpairs,
                                       b_strip, ldb, c_tile, pr.c_rs, pr.c_cs, mr_eff, nr_eff, ep,
-                                      ci, cj, stream_b);
+                                      ci, cj, b_ahead);
 #endif
             } else if (ir >= mb_full) {
               with_edge_mr<Acc>(edge_mr, [&]<int E>() {
                 gemm_micro_bf16<E>(kb, edge_panel, b_strip, ldb, c_tile, pr.c_rs, pr.c_cs, mr_eff,
-                                   nr_eff, ep, ci, cj, stream_b);
+                                   nr_eff, ep, ci, cj, b_ahead);
               });
             } else {
               gemm_micro_bf16<MR>(kb, abuf + ir * kbp, b_strip, ldb, c_tile, pr.c_rs, pr.c_cs,
-                                  mr_eff, nr_eff, ep, ci, cj, stream_b);
+                                  mr_eff, nr_eff, ep, ci, cj, b_ahead);
             }
           } else {
             const Acc* b_panel = bbuf + (jr - nb_direct) * kbp;
-            int64_t ldb = NR;
+            int64_t ldb = NR, b_ahead = 0;
             if constexpr (std::is_same_v<TB, Acc>) {
-              if (pr.b_panel > 0) {
-                // j is a multiple of NR, and NR divides b_panel: one panel holds the strip.
-                const int64_t j = j_begin + jc + jr;
-                b_panel = b + (j / pr.b_panel) * pr.b_cs + pc * pr.b_rs + j % pr.b_panel;
-                ldb = pr.b_rs;
-              } else if (jr < nb_direct) {
-                b_panel = b_blk + jr, ldb = pr.b_rs;
+              if (jr < nb_direct) {
+                b_panel = direct_strip(jr, 1), ldb = pr.b_rs;
+                b_ahead = prefetch_ahead(ir, jr, 1, nb_direct);
               }
             }
-            // B read in place is not in L1: from memory (the first row block of its strip) or
-            // from L2 (a strip and the A panels of a few rows outgrow L1).
-            const bool stream_b = jr < nb_direct;
             if (ir >= mb_full) {
               with_edge_mr<Acc>(edge_mr, [&]<int E>() {
                 gemm_micro_fp<Acc, E>(kb, edge_panel, b_panel, ldb, c_tile, pr.c_rs, pr.c_cs,
-                                      mr_eff, nr_eff, ep, ci, cj, a_packed{}, stream_b);
+                                      mr_eff, nr_eff, ep, ci, cj, a_packed{}, b_ahead);
               });
             } else if (a_direct) {
               if constexpr (std::is_same_v<TA, Acc>)
                 gemm_micro_fp<Acc, MR>(kb, a_blk + ir * pr.a_rs, b_panel, ldb, c_tile, pr.c_rs,
                                        pr.c_cs, mr_eff, nr_eff, ep, ci, cj,
-                                       a_in_place{pr.a_rs, pr.a_cs}, stream_b);
+                                       a_in_place{pr.a_rs, pr.a_cs}, b_ahead);
             } else {
               gemm_micro_fp<Acc, MR>(kb, abuf + ir * kbp, b_panel, ldb, c_tile, pr.c_rs, pr.c_cs,
-                                     mr_eff, nr_eff, ep, ci, cj, a_packed{}, stream_b);
+                                     mr_eff, nr_eff, ep, ci, cj, a_packed{}, b_ahead);
             }
           }
         };
-        // A few row blocks (a few rows of activations against a weight read in place, which
-        // does not fit L2): each B strip serves every row block while it is in L1, instead of
-        // coming again from L3 for each one. Otherwise the A micro-panel stays in L1 across
-        // the B strips (blocking.hpp).
-        if (mb <= gemm_strip_outer_rows * MR) {
+        if (strip_outer) {
           for (int64_t jr = 0; jr < nb; jr += NR)
             for (int64_t ir = 0; ir < mb; ir += MR) tile(ir, jr);
         } else {

@@ -39,16 +39,16 @@ TESSERA_ALWAYS_INLINE float bf16_pair_half(uint32_t pair, bool hi) {
 }
 
 /// C tile (mr_eff <= MR rows x nr_eff columns at c) from A in float panels ([kc][MR]) and B in
-/// pairs (ceil(kc / 2) words per column, ldb words from one pair of k to the next). stream_b: B is
-/// read in place, prefetched as in gemm_micro_fp.
+/// pairs (ceil(kc / 2) words per column, ldb words from one pair of k to the next). b_ahead: each
+/// pair of k also prefetches b[b_ahead] (words) from its row of B, as in gemm_micro_fp.
 template <int MR>
 TESSERA_NOINLINE void gemm_micro_bf16(int64_t kc, const float* __restrict a,
                                       const uint32_t* __restrict b, int64_t ldb, float* c,
                                       int64_t c_rs, int64_t c_cs, int mr_eff, int nr_eff,
                                       const gemm_epilogue<float>& ep, int64_t i0, int64_t j0,
-                                      bool stream_b = false) {
+                                      int64_t b_ahead = 0) {
   constexpr int NR = gemm_tile<float>::nr;
-  (void)stream_b;
+  (void)b_ahead;
 #if defined(TESSERA_DETAIL_HAVE_BF16_ISA)
   using isa = bf16_isa;
   using V = simd::vec<float>;
@@ -72,10 +72,9 @@ TESSERA_NOINLINE void gemm_micro_bf16(int64_t kc, const float* __restrict a,
       for (int j = 0; j < NV; ++j) acc[i][j] = fma(av, bv[j], acc[i][j]);
     }
   };
-  const int64_t ahead = stream_b ? b_prefetch_rows / 2 * ldb : 0;
   const int64_t full = kc / 2;
   for (int64_t p = 0; p < full; ++p) {
-    __builtin_prefetch(b + ahead);
+    __builtin_prefetch(b + b_ahead);
     half_step(b, false, a);
     half_step(b, true, a + MR);
     a += 2 * MR;
@@ -103,17 +102,16 @@ TESSERA_NOINLINE void gemm_micro_bf16_dot(int64_t kc, const uint32_t* __restrict
                                           const uint32_t* __restrict b, int64_t ldb, float* c,
                                           int64_t c_rs, int64_t c_cs, int mr_eff, int nr_eff,
                                           const gemm_epilogue<float>& ep, int64_t i0, int64_t j0,
-                                          bool stream_b = false) {
+                                          int64_t b_ahead = 0) {
   using isa = bf16_isa;
   using V = simd::vec<float>;
   constexpr int NR = gemm_tile<float>::nr, W = V::width, NV = NR / W;
   static_assert(NR % W == 0);
   V acc[MR][NV];
   gemm_zero_acc(acc);
-  const int64_t ahead = stream_b ? b_prefetch_rows / 2 * ldb : 0;
   const int64_t pairs = (kc + 1) / 2;  // padding halves are zero in both operands
   for (int64_t p = 0; p < pairs; ++p) {
-    __builtin_prefetch(b + ahead);
+    __builtin_prefetch(b + b_ahead);
     typename isa::pairs bp[NV];
     TESSERA_UNROLL(4)
     for (int j = 0; j < NV; ++j) bp[j] = isa::load(b + j * W);

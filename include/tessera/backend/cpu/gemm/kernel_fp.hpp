@@ -70,16 +70,18 @@ struct a_packed {};
 
 /// C tile (mr_eff <= MR rows x nr_eff columns at c) from the A micro-panel a (see a_packed /
 /// a_in_place) and the B micro-panel b ([kc] rows of NR values, row stride ldb: NR when packed, the
-/// matrix's row stride when B is read in place). stream_b: B is read in place (a weight in
-/// panels, or rows of B), so each k step also prefetches B's row b_prefetch_rows ahead. The
-/// hardware prefetchers do not run far enough ahead on such strips: BERT at 16 tokens ran about
-/// 1.2x faster with it (docs/perf/bert.md). Packed B is in cache; it skips the prefetch.
+/// matrix's row stride when B is read in place). b_ahead: where B is read in place (a weight in
+/// panels, or rows of B), each k step also prefetches b[b_ahead] (elements from that step's row
+/// of B): b_prefetch_rows rows further down the strip, or the same row of the strip that comes
+/// next (gemm_block). The hardware prefetchers do not run far enough ahead on such strips: BERT
+/// at 16 tokens ran about 1.2x faster with it (docs/perf/bert.md). 0: no prefetch (packed B is in
+/// cache).
 inline constexpr int64_t b_prefetch_rows = 64;
 template <class T, int MR, class ALayout = a_packed>
 TESSERA_NOINLINE void gemm_micro_fp(int64_t kc, const T* __restrict a, const T* __restrict b,
                                     int64_t ldb, T* c, int64_t c_rs, int64_t c_cs, int mr_eff,
                                     int nr_eff, const gemm_epilogue<T>& ep, int64_t i0, int64_t j0,
-                                    ALayout al = {}, bool stream_b = false) {
+                                    ALayout al = {}, int64_t b_ahead = 0) {
   constexpr bool packed = std::is_same_v<ALayout, a_packed>;
   const auto a_at = [&](int i) -> T {
     if constexpr (packed)
@@ -107,7 +109,7 @@ TESSERA_NOINLINE void gemm_micro_fp(int64_t kc, const T* __restrict a, const T* 
     gemm_zero_acc(acc);
     const auto k_loop = [&](auto prefetch) {
       for (int64_t p = 0; p < kc; ++p) {
-        if constexpr (prefetch) __builtin_prefetch(b + b_prefetch_rows * ldb);
+        if constexpr (prefetch) __builtin_prefetch(b + b_ahead);
         V bv[NV];
         TESSERA_UNROLL(4)
         for (int j = 0; j < NV; ++j) bv[j] = V::load(b + j * W);
@@ -121,7 +123,7 @@ TESSERA_NOINLINE void gemm_micro_fp(int64_t kc, const T* __restrict a, const T* 
         b += ldb;
       }
     };
-    if (stream_b)
+    if (b_ahead != 0)
       k_loop(std::true_type{});
     else
       k_loop(std::false_type{});

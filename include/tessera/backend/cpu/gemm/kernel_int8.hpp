@@ -27,17 +27,17 @@ inline constexpr bool int8_narrow_dot = false;
 /// epilogue: it removes the zero-point biases of the packing (pack.hpp). narrow_shift >= 0 (only
 /// where int8_narrow_dot): multiply A's bytes less that shift with the narrow dot product, which
 /// is exact where they all lie in [0, 127] or B's all lie in [-64, 64] (shift 0); the
-/// corrections then account for the shift. stream_b: B is a weight read in place from its panels,
-/// prefetched b_prefetch_rows ahead as in gemm_micro_fp.
+/// corrections then account for the shift. b_ahead: each group of k also prefetches b[b_ahead]
+/// from its row of B, as in gemm_micro_fp (0 where B is packed: its own row, in cache already).
 TESSERA_NOINLINE inline void gemm_micro_int8(int64_t kc, const uint8_t* __restrict a,
                                              const int8_t* __restrict b, int64_t ldb, int32_t* c,
                                              int64_t c_rs, int64_t c_cs, int mr_eff, int nr_eff,
                                              const int32_t* row_corr, const int32_t* col_corr,
                                              const gemm_epilogue<int32_t>& ep, int64_t i0,
                                              int64_t j0, int narrow_shift = -1,
-                                             bool stream_b = false) {
+                                             int64_t b_ahead = 0) {
   constexpr int MR = gemm_tile<int32_t>::mr, NR = gemm_tile<int32_t>::nr;
-  (void)narrow_shift, (void)stream_b;
+  (void)narrow_shift, (void)b_ahead;
   const int64_t groups = (kc + 3) / 4;
   alignas(64) int32_t buf[MR * NR];
 #if defined(TESSERA_DETAIL_HAVE_INT8_ISA)
@@ -53,10 +53,8 @@ TESSERA_NOINLINE inline void gemm_micro_int8(int64_t kc, const uint8_t* __restri
   }
   // The k loop: prep(broadcast of A) multiplied by dot into the accumulators.
   const auto k_loop = [&](auto prep, auto dot) {
-    // Packed B prefetches its current group: in cache already, one instruction.
-    const int64_t ahead = stream_b ? b_prefetch_rows / 4 * ldb : 0;
     for (int64_t g = 0; g < groups; ++g) {
-      __builtin_prefetch(b + ahead);
+      __builtin_prefetch(b + b_ahead);
       reg bv[NV];
       TESSERA_UNROLL(4)
       for (int j = 0; j < NV; ++j) bv[j] = isa::load(b + j * isa::lanes * 4);
