@@ -14,6 +14,7 @@
 #include <tessera/models/bert.hpp>
 #include <tessera/nn.hpp>
 #include <tessera/tessera.hpp>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -262,6 +263,96 @@ TEST(LayerNorm, MatchesADoubleReference) {
                   1e-12);
   }
   EXPECT_THROW((void)ts::layer_norm(x, ts::ones<double>({6})), ts::shape_error);
+}
+
+/// layer_norm of rows of `cols` values of x (+ r), in double, for the fused kernel's tests.
+std::vector<double> layer_norm_reference(const std::vector<double>& x, const std::vector<double>& r,
+                                         const std::vector<double>& w, const std::vector<double>& b,
+                                         int64_t cols, double eps) {
+  std::vector<double> y(x.size());
+  for (size_t row = 0; row * cols < x.size(); ++row) {
+    std::vector<double> s(static_cast<size_t>(cols));
+    double mean = 0, var = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      const size_t i = row * cols + c;
+      s[c] = x[i] + (r.empty() ? 0.0 : r[i]);
+      mean += s[c] / static_cast<double>(cols);
+    }
+    for (int64_t c = 0; c < cols; ++c) var += (s[c] - mean) * (s[c] - mean) / cols;
+    for (int64_t c = 0; c < cols; ++c)
+      y[row * cols + c] = (s[c] - mean) / std::sqrt(var + eps) * (w.empty() ? 1.0 : w[c]) +
+                          (b.empty() ? 0.0 : b[c]);
+  }
+  return y;
+}
+
+// The fused CPU kernel (norm_kernel<cpu>): rows of every length around the vector widths, the
+// residual, weight and bias each present or not, a strided x, and rows far from zero (its mean
+// sums deviations from the first value).
+template <class T>
+void check_fused_layer_norm(double tol) {
+  ts::Generator g(7);
+  for (const int64_t cols : {1, 3, 8, 16, 17, 33, 64, 383, 384, 1000}) {
+    for (const int64_t rows : {1, 5, 67}) {
+      for (const int variant : {0, 1, 2, 3}) {
+        SCOPED_TRACE(testing::Message() << cols << " x " << rows << ", variant " << variant);
+        const bool residual = variant & 1, affine = variant & 2;
+        // Variant 3 also reads x through a transpose and shifts the rows far from zero.
+        auto x = variant == 3 ? (ts::randn<T>({cols, rows}, g) + T(1000)).transpose(0, 1)
+                              : ts::randn<T>({rows, cols}, g);
+        const auto r = ts::randn<T>({rows, cols}, g);
+        const auto w = ts::randn<T>({cols}, g), b = ts::randn<T>({cols}, g);
+        const ts::Tensor<T> none;
+        const auto y =
+            residual ? ts::residual_layer_norm(x, r, affine ? w : none, affine ? b : none, 1e-5)
+                     : ts::layer_norm(x, affine ? w : none, affine ? b : none, 1e-5);
+        ASSERT_EQ(y.shape(), x.shape());
+        const auto to_double = [](const ts::Tensor<T>& t) {
+          std::vector<double> v;
+          for (const T e : t.contiguous().to_vector()) v.push_back(static_cast<double>(e));
+          return v;
+        };
+        // The sum is a T tensor (rounded as x + r rounds it); from there on, double.
+        const std::vector<double> empty;
+        const auto want = layer_norm_reference(to_double(residual ? ts::Tensor<T>(x + r) : x),
+                                               empty, affine ? to_double(w) : empty,
+                                               affine ? to_double(b) : empty, cols, 1e-5);
+        const auto got = to_double(y);
+        // Rows near 1000 with a spread near 1: the double reference's own rounding grows with
+        // them (float keeps the tolerance: the kernel works on deviations from the first value).
+        const double scale = variant == 3 && std::is_same_v<T, double> ? 100 : 1;
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_NEAR(got[i], want[i], scale * tol * (1 + std::abs(want[i]))) << "at " << i;
+      }
+    }
+  }
+}
+
+TEST(LayerNorm, FusedKernelMatchesADoubleReference) {
+  check_fused_layer_norm<float>(2e-5);
+  check_fused_layer_norm<double>(1e-12);
+}
+
+TEST(LayerNorm, ResidualFormEqualsTheSumNormalized) {
+  ts::Generator g(3);
+  const auto x = ts::randn<double>({4, 3, 10}, g), r = ts::randn<double>({4, 3, 10}, g);
+  const auto w = ts::randn<double>({10}, g), b = ts::randn<double>({10}, g);
+  const auto want = ts::layer_norm(x + r, w, b, 1e-6).to_vector();
+  const auto got = ts::residual_layer_norm(x, r, w, b, 1e-6).to_vector();
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12);
+  // Empty rows, and no rows at all.
+  EXPECT_EQ(ts::residual_layer_norm(ts::ones<float>({0, 4}), ts::ones<float>({0, 4})).numel(), 0);
+  EXPECT_EQ(ts::layer_norm(ts::ones<float>({3, 0})).shape(), (ts::Shape{3, 0}));
+  try {
+    (void)ts::residual_layer_norm(x, ts::ones<double>({4, 3, 9}));
+    ADD_FAILURE() << "no error";
+  } catch (const ts::shape_error& e) {
+    EXPECT_NE(std::string(e.what()).find("residual_layer_norm"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[4, 3, 9]"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)ts::residual_layer_norm(x, r, ts::ones<double>({9})), ts::shape_error);
+  EXPECT_THROW((void)ts::residual_layer_norm(ts::ones<double>({}), ts::ones<double>({})),
+               ts::shape_error);
 }
 
 }  // namespace

@@ -95,6 +95,12 @@ struct loss_kernel {};
 template <class B>
 struct attention_kernel {};
 
+/// Optional fused layer normalization of backend B: layer_norm(const
+/// detail::layer_norm_problem<T>&) (kernel/norm_problem.hpp), for float and double. Without it
+/// layer_norm runs as reductions and elementwise ops.
+template <class B>
+struct norm_kernel {};
+
 }  // namespace backend
 
 /// A backend tag: an empty type whose memory primitives are specialised.

@@ -488,14 +488,14 @@ class Model {
                                        .contiguous()
                                        .reshape({n, l, hp});
       if (observe) (*observe)(at + 1, ctx);
-      x = layer_norm(row_parallel(w.out, w.out_bias, ctx) + x, w.ln1_w, w.ln1_b,
-                     cfg.layer_norm_eps);
+      x = residual_layer_norm(row_parallel(w.out, w.out_bias, ctx), x, w.ln1_w, w.ln1_b,
+                              cfg.layer_norm_eps);
       if (observe) (*observe)(at + 2, x);
       const Tensor<float, B> up = gelu(w.up(x));
       if (observe) (*observe)(at + 3, up);
       at += 4;
-      x = layer_norm(row_parallel(w.down, w.down_bias, up) + x, w.ln2_w, w.ln2_b,
-                     cfg.layer_norm_eps);
+      x = residual_layer_norm(row_parallel(w.down, w.down_bias, up), x, w.ln2_w, w.ln2_b,
+                              cfg.layer_norm_eps);
     }
     return x;
   }

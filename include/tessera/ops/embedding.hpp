@@ -2,8 +2,10 @@
 // functional layer normalization: the first and most frequent steps of a transformer.
 #pragma once
 
+#include <type_traits>
 #include <vector>
 
+#include "../kernel/norm_problem.hpp"
 #include "creation.hpp"
 #include "elementwise.hpp"
 #include "reduce.hpp"
@@ -70,15 +72,49 @@ X layer_norm_over(const X& x, int dims, const X& weight, const X& bias, double e
   return y;
 }
 
-/// layer_norm for Tensors and Variables alike: the checks, then layer_norm_over the last dim.
-template <class T, class X>
-X layer_norm_composed(const X& x, const X& weight, const X& bias, double eps) {
-  if (x.rank() == 0) fail<shape_error>("layer_norm", "x must have at least one dim");
+/// layer_norm's checks, for Tensors and Variables alike (op: the name errors give).
+template <class X>
+void check_layer_norm(const char* op, const X& x, const X& weight, const X& bias) {
+  if (x.rank() == 0) fail<shape_error>(op, "x must have at least one dim");
   const int64_t c = x.shape()[x.rank() - 1];
   for (const X* p : {&weight, &bias})
     if (p->defined() && (p->rank() != 1 || p->shape()[0] != c))
-      fail<shape_error>("layer_norm", "weight and bias must be [", c, "], got ", p->shape());
+      fail<shape_error>(op, "weight and bias must be [", c, "], got ", p->shape());
+}
+
+/// layer_norm for Tensors and Variables alike: the checks, then layer_norm_over the last dim.
+template <class T, class X>
+X layer_norm_composed(const X& x, const X& weight, const X& bias, double eps) {
+  check_layer_norm("layer_norm", x, weight, bias);
   return layer_norm_over<T>(x, 1, weight, bias, eps);
+}
+
+/// Whether backend B normalizes T in one fused kernel (norm_kernel<B>: the CPU, float and double).
+template <class T, class B>
+concept has_norm_kernel = (std::is_same_v<T, float> ||
+                           std::is_same_v<T, double>)&&requires(const layer_norm_problem<T>& p) {
+  backend::norm_kernel<B>::layer_norm(p);
+};
+
+/// The fused kernel over the last dim of x (plus residual, same shape, when defined); checked.
+template <class T, class B>
+Tensor<T, B> layer_norm_fused(const Tensor<T, B>& x, const Tensor<T, B>& residual,
+                              const Tensor<T, B>& weight, const Tensor<T, B>& bias, double eps) {
+  const Tensor<T, B> xc = x.contiguous();
+  Tensor<T, B> rc, wc, bc;
+  if (residual.defined()) rc = residual.contiguous();
+  if (weight.defined()) wc = weight.contiguous();
+  if (bias.defined()) bc = bias.contiguous();
+  Tensor<T, B> out(x.shape());
+  layer_norm_problem<T> p;
+  p.x = xc.data(), p.residual = rc.defined() ? rc.data() : nullptr;
+  p.weight = wc.defined() ? wc.data() : nullptr, p.bias = bc.defined() ? bc.data() : nullptr;
+  p.out = out.data();
+  p.c = x.shape()[x.rank() - 1];
+  p.rows = p.c == 0 ? 0 : x.numel() / p.c;
+  p.eps = eps;
+  if (p.rows > 0) backend::norm_kernel<B>::layer_norm(p);
+  return out;
 }
 }  // namespace detail
 
@@ -90,7 +126,32 @@ template <element_type T, class B>
 Tensor<T, B> layer_norm(const Tensor<T, B>& x, const Tensor<T, B>& weight = {},
                         const Tensor<T, B>& bias = {}, double eps = 1e-5) {
   x.check_defined("layer_norm");
-  return detail::layer_norm_composed<T>(x, weight, bias, eps);
+  if constexpr (detail::has_norm_kernel<T, B>) {
+    detail::check_layer_norm("layer_norm", x, weight, bias);
+    return detail::layer_norm_fused(x, Tensor<T, B>{}, weight, bias, eps);
+  } else {
+    return detail::layer_norm_composed<T>(x, weight, bias, eps);
+  }
+}
+
+/// layer_norm(x + residual, weight, bias, eps), the sum of a transformer's residual connection
+/// and its normalization: one pass over the rows where the backend fuses layer_norm (the CPU,
+/// float and double), instead of a pass for the sum and several for the normalization. x and
+/// residual have the same shape. Throws shape_error as layer_norm does, and for residual of
+/// another shape.
+template <element_type T, class B>
+Tensor<T, B> residual_layer_norm(const Tensor<T, B>& x, const Tensor<T, B>& residual,
+                                 const Tensor<T, B>& weight = {}, const Tensor<T, B>& bias = {},
+                                 double eps = 1e-5) {
+  x.check_defined("residual_layer_norm"), residual.check_defined("residual_layer_norm");
+  if (residual.shape() != x.shape())
+    detail::fail<shape_error>("residual_layer_norm", "x ", x.shape(), " and residual ",
+                              residual.shape(), " must have the same shape");
+  detail::check_layer_norm("residual_layer_norm", x, weight, bias);
+  if constexpr (detail::has_norm_kernel<T, B>)
+    return detail::layer_norm_fused(x, residual, weight, bias, eps);
+  else
+    return detail::layer_norm_over<T>(x + residual, 1, weight, bias, eps);
 }
 
 TESSERA_END_NAMESPACE

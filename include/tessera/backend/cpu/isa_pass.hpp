@@ -99,6 +99,7 @@ TESSERA_END_NAMESPACE
 #include "pool.hpp"
 #include "optim.hpp"
 #include "attention.hpp"
+#include "norm.hpp"
 // clang-format on
 
 #undef TESSERA_BEGIN_NAMESPACE

@@ -49,6 +49,7 @@
 #include "../../kernel/functors.hpp"
 #include "../../kernel/gemm_problem.hpp"
 #include "../../kernel/layout.hpp"
+#include "../../kernel/norm_problem.hpp"
 #include "../../kernel/optim_update.hpp"
 #include "../../kernel/pool_problem.hpp"
 #include "../../kernel/winograd.hpp"
@@ -317,6 +318,15 @@ struct attention_kernel<cpu> {
   template <class T>
   static void backward(const detail::attention_backward_problem<T>& g) {
     TESSERA_DETAIL_CPU_DISPATCH(backend::cpu_attention::backward(g))
+  }
+};
+
+/// Fused layer normalization (norm.hpp), float and double.
+template <>
+struct norm_kernel<cpu> {
+  template <class T>
+  static void layer_norm(const detail::layer_norm_problem<T>& p) {
+    TESSERA_DETAIL_CPU_DISPATCH(backend::cpu_norm::layer_norm(p))
   }
 };
 
