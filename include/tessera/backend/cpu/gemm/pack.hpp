@@ -69,7 +69,8 @@ inline constexpr bool vector_convertible_v = std::is_same_v<P, float> &&
 /// panels of W lines, [p][W] each, lines past `lines` zero-filled. Element p of line l is at
 /// src[l * ls + p * ks]: A packs with (ls, ks) = (row stride, column stride), B with (column
 /// stride, row stride). Fast paths: lines contiguous (ls == 1, row-major B) are vector copies or
-/// conversions; k contiguous (ks == 1, row-major A, transposed B) are 8 x 8 register transposes.
+/// conversions; k contiguous (ks == 1, row-major A, transposed B) are 8 x 8 register transposes
+/// (6 x 8 for AVX2's 6-row panels of A).
 template <int W, class P, class S>
 void pack_panels(const S* src, int64_t ls, int64_t ks, int64_t lines, int64_t kb, P* dst) {
   const float* f8 = float8_table_for<S>();
@@ -103,6 +104,17 @@ void pack_panels(const S* src, int64_t ls, int64_t ks, int64_t lines, int64_t kb
           for (int64_t p = kb8; p < kb; ++p)
             for (int j = l; j < l + 8; ++j) dst[p * W + j] = src[j * ls + p];
         }
+      }
+    }
+    // AVX2's 6-row A panels, 8 k at a time (a value at a time, this packing took 14% of a
+    // 4096 x 1536 x 384 product).
+    if constexpr (std::is_same_v<S, float> && std::is_same_v<P, float> && W == 6) {
+      if (ks == 1 && count == 6) {
+        const int64_t kb8 = kb / 8 * 8;
+        for (int64_t p = 0; p < kb8; p += 8) transpose_6x8(src + p, ls, dst + p * 6);
+        for (int64_t p = kb8; p < kb; ++p)
+          for (int j = 0; j < 6; ++j) dst[p * 6 + j] = src[j * ls + p];
+        l = 6;
       }
     }
 #endif

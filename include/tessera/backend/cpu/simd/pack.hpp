@@ -1,7 +1,7 @@
 // tessera/backend/cpu/simd/pack.hpp - the instruction-set-specific steps of GEMM packing
 // (gemm/pack.hpp): half -> float of one value (F16C), one vector of floats from half, bfloat16
-// or (x86) 8-bit float values, and an 8 x 8 float transpose (AVX2; defines
-// TESSERA_DETAIL_HAVE_TRANSPOSE_8X8 where it exists).
+// or (x86) 8-bit float values, and 8 x 8 and 6 x 8 float transposes (AVX2; defines
+// TESSERA_DETAIL_HAVE_TRANSPOSE_8X8 where they exist).
 // Part of a kernel pass: included by gemm/pack.hpp once per instruction set, no include guard.
 
 #include <cstdint>
@@ -96,12 +96,9 @@ TESSERA_ALWAYS_INLINE auto load_as_float(const S* p) {
 }
 
 #if defined(TESSERA_ISA_AVX2)
-/// Transposes an 8 x 8 float block: row r of src at src + r * ld becomes column r of dst, whose
-/// rows are ld_dst apart.
-TESSERA_ALWAYS_INLINE void transpose_8x8(const float* src, int64_t ld, float* dst, int64_t ld_dst) {
-  __m256 r[8], t[8], q[8];
-  TESSERA_UNROLL(8)
-  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ld);
+/// The columns of an 8 x 8 float block held as 8 row vectors: col[j] = (r[0][j], ..., r[7][j]).
+TESSERA_ALWAYS_INLINE void transpose_8x8_columns(const __m256 (&r)[8], __m256 (&col)[8]) {
+  __m256 t[8], q[8];
   TESSERA_UNROLL(4)
   for (int i = 0; i < 8; i += 2) {
     t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);      // k0 k1 | k4 k5 of rows i, i+1
@@ -115,8 +112,35 @@ TESSERA_ALWAYS_INLINE void transpose_8x8(const float* src, int64_t ld, float* ds
   }
   TESSERA_UNROLL(4)
   for (int j = 0; j < 4; ++j) {
-    _mm256_storeu_ps(dst + j * ld_dst, _mm256_permute2f128_ps(q[j], q[j + 4], 0x20));
-    _mm256_storeu_ps(dst + (j + 4) * ld_dst, _mm256_permute2f128_ps(q[j], q[j + 4], 0x31));
+    col[j] = _mm256_permute2f128_ps(q[j], q[j + 4], 0x20);
+    col[j + 4] = _mm256_permute2f128_ps(q[j], q[j + 4], 0x31);
+  }
+}
+
+/// Transposes an 8 x 8 float block: row r of src at src + r * ld becomes column r of dst, whose
+/// rows are ld_dst apart.
+TESSERA_ALWAYS_INLINE void transpose_8x8(const float* src, int64_t ld, float* dst, int64_t ld_dst) {
+  __m256 r[8], col[8];
+  TESSERA_UNROLL(8)
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ld);
+  transpose_8x8_columns(r, col);
+  TESSERA_UNROLL(8)
+  for (int j = 0; j < 8; ++j) _mm256_storeu_ps(dst + j * ld_dst, col[j]);
+}
+
+/// Transposes 6 rows of 8 floats (row r at src + r * ld) into 8 contiguous groups of 6 at dst:
+/// eight k steps of the AVX2 float GEMM's A micro-panel ([k][6], mr = 6), which the 8 x 8
+/// transpose does not fit. Each group is stored as 4 + 2 floats: nothing past the 48 is written.
+TESSERA_ALWAYS_INLINE void transpose_6x8(const float* src, int64_t ld, float* dst) {
+  __m256 r[8], col[8];
+  TESSERA_UNROLL(6)
+  for (int i = 0; i < 6; ++i) r[i] = _mm256_loadu_ps(src + i * ld);
+  r[6] = r[7] = _mm256_setzero_ps();
+  transpose_8x8_columns(r, col);
+  TESSERA_UNROLL(8)
+  for (int j = 0; j < 8; ++j) {
+    _mm_storeu_ps(dst + j * 6, _mm256_castps256_ps128(col[j]));
+    _mm_storel_pi(reinterpret_cast<__m64*>(dst + j * 6 + 4), _mm256_extractf128_ps(col[j], 1));
   }
 }
 #define TESSERA_DETAIL_HAVE_TRANSPOSE_8X8 1
