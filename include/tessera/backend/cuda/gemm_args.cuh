@@ -195,6 +195,15 @@ __device__ __forceinline__ Acc cuda_gemm_fma(Acc a, Acc b, Acc acc) {
     return acc + a * b;
 }
 
+/// An output computed in Acc as an element of c: rounded once to TC (through float).
+template <class TC, class Acc>
+__device__ __forceinline__ TC cuda_gemm_out_of(Acc v) {
+  if constexpr (std::is_same_v<TC, Acc>)
+    return v;
+  else
+    return TC(static_cast<float>(v));
+}
+
 /// The epilogue of every GEMM kernel for output (gi, gj) of matrix c (inside the product), at
 /// `out`: alpha * acc (+ beta * *out) (+ bias) (relu) in Acc, rounded once to TC; beta == 0
 /// never reads c. cuda_gemm_store writes it.
@@ -212,10 +221,7 @@ __device__ __forceinline__ TC cuda_gemm_output(const cuda_gemm_args<TA, TB, Acc,
   else if (p.bias_kind == gemm_bias::per_col)
     v += p.bias[gj * p.bias_stride];
   if (p.relu && v < Acc(0)) v = Acc(0);  // NaN compares false: stays NaN, as on the CPU
-  if constexpr (std::is_same_v<TC, Acc>)
-    return v;
-  else
-    return TC(static_cast<float>(v));
+  return cuda_gemm_out_of<TC>(v);
 }
 template <class TA, class TB, class Acc, class TC>
 __device__ __forceinline__ void cuda_gemm_store(const cuda_gemm_args<TA, TB, Acc, TC>& p, TC* c,
@@ -287,10 +293,7 @@ __device__ __forceinline__ bool cuda_gemm_scaled_runs(const cuda_gemm_args<TA, T
 /// alpha * acc as an output of c: cuda_gemm_output where cuda_gemm_scaled_runs holds.
 template <class TA, class TB, class Acc, class TC>
 __device__ __forceinline__ TC cuda_gemm_scaled(const cuda_gemm_args<TA, TB, Acc, TC>& p, Acc acc) {
-  if constexpr (std::is_same_v<TC, Acc>)
-    return p.alpha * acc;
-  else
-    return TC(static_cast<float>(p.alpha * acc));
+  return cuda_gemm_out_of<TC>(p.alpha * acc);
 }
 
 /// cuda_gemm_store_part for outputs (gi, gj + e), e < N, of one row: one vector store where the
