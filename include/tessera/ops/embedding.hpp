@@ -96,7 +96,8 @@ concept has_norm_kernel = (std::is_same_v<T, float> ||
   backend::norm_kernel<B>::layer_norm(p);
 };
 
-/// The fused kernel over the last dim of x (plus residual, same shape, when defined); checked.
+/// The fused kernel over the last dim of x (plus residual, same shape, when defined). The caller
+/// has checked the shapes (check_layer_norm).
 template <class T, class B>
 Tensor<T, B> layer_norm_fused(const Tensor<T, B>& x, const Tensor<T, B>& residual,
                               const Tensor<T, B>& weight, const Tensor<T, B>& bias, double eps) {
