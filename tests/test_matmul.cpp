@@ -1424,6 +1424,18 @@ TEST(PackedLinear, Errors) {
   pi8.b = b8.data(), pi8.b_rs = 4 * 32, pi8.b_cs = 8 * 32, pi8.b_panel = 32;
   pi8.c = c8.data(), pi8.c_rs = 32, pi8.c_cs = 1;
   expect_error([&] { ts::backend::gemm_kernel<ts::cpu>::run(pi8); }, "gemm", "int8 without sums");
+  // Float results scaled back (gemm_dequant) are for plain int8 panel products only.
+  std::vector<int32_t> sums(32);
+  std::vector<float> steps(32, 1.0f);
+  pi8.b_col_sums = sums.data();
+  pi8.dequant = {c.data(), 32, steps.data(), steps.data(), nullptr};
+  pi8.alpha = 2;
+  expect_error([&] { ts::backend::gemm_kernel<ts::cpu>::run(pi8); }, "gemm", "dequant alpha 2");
+  pi8.alpha = 1, pi8.relu = true;
+  expect_error([&] { ts::backend::gemm_kernel<ts::cpu>::run(pi8); }, "gemm", "dequant relu");
+  p33.b_panel = 0, p33.b_rs = 33, p33.b_cs = 1;
+  p33.dequant = pi8.dequant;
+  expect_error([&] { ts::backend::gemm_kernel<ts::cpu>::run(p33); }, "gemm", "dequant float");
 }
 
 // ---- random shapes and layouts --------------------------------------------------------------

@@ -115,11 +115,12 @@ TEST(Int8Linear, OutlierFeaturesStayOutOfTheInt8Product) {
 }
 
 // pack_linear lays the int8 values out once for the backend's GEMM: the same results, bit for
-// bit, with and without outlier features, at one row and many, for in not a multiple of 4 and
-// out past one panel.
+// bit, with and without outlier features, at one row and many, for in not a multiple of 4, out
+// past one panel, and in past one k block of the GEMM on every CPU (4000: its sums then meet in
+// int32 before they are scaled back to float; below, the micro-kernel scales them back).
 TEST(Int8Linear, PackedWeightsGiveTheSameResults) {
   ts::Generator g(8);
-  for (int64_t in : {1, 6, 40, 301})
+  for (int64_t in : {1, 6, 40, 301, 4000})
     for (int64_t rows : {1, 17, 70}) {
       auto x = ts::rand<float>({rows, in}, g, -1, 1);
       x.slice(1, in / 2, in / 2 + 1).copy_(x.slice(1, in / 2, in / 2 + 1) * 25.0f);

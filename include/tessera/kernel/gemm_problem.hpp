@@ -14,6 +14,21 @@ namespace detail {
 /// channel) or one per column (linear: per output feature).
 enum class gemm_bias : int8_t { none, per_row, per_col };
 
+/// int32 products written as float (int8 dynamic quantization, ops/quant.hpp): output (i, j)
+/// is acc * (row_scale[i] * col_scale[j]) + bias[j] at out[i * out_rs + j], instead of acc in c.
+/// bias may be null (0). One definition of the formula, for the backends and the ops' fallback.
+struct gemm_dequant {
+  float* out = nullptr;
+  int64_t out_rs = 0;
+  const float* row_scale = nullptr;
+  const float* col_scale = nullptr;
+  const float* bias = nullptr;
+  TESSERA_HOST_DEVICE static float apply(int32_t acc, float row_scale, float col_scale,
+                                         float bias) {
+    return static_cast<float>(acc) * (row_scale * col_scale) + bias;
+  }
+};
+
 /// c = alpha * a·b + beta * c (+ bias) (then max(., 0) when relu), for each of `batch` matrices.
 /// Element (i, p) of a is a[i * a_rs + p * a_cs]: any strides, transposes are just swapped
 /// strides. Acc is the accumulation type (float, double or int32), and alpha, beta and the bias
@@ -59,6 +74,11 @@ struct gemm_problem {
   // weight quantized to fewer levels, ops/quant.hpp), 128 when it knows none. A backend may
   // multiply faster under a small bound (the CPU's AVX2 pass: 64, gemm/kernel_int8.hpp).
   int32_t b_max_abs = 128;
+  // int8 B in panels may ask for float results scaled back (gemm_dequant) by setting
+  // dequant.out: c is then not written (it may be null), and alpha must be 1, beta 0, with no
+  // int32 bias or relu and one matrix. Only int8 panel problems carry it, so only backends with
+  // panels see it.
+  gemm_dequant dequant;
 };
 
 /// Columns per panel of a weight packed for backend B's GEMM (gemm_problem::b_panel); 0 when B

@@ -132,14 +132,10 @@ Tensor<T, B> packed_feature_rows(const packed_linear<T, B>& p,
   return rows.slice(1, 0, p.out_features);
 }
 
-/// x2 [rows, in] times a weight in panels (plus bias [out] along the columns when not null):
-/// one GEMM that reads the panels in place, into a new [rows, out] tensor of the accumulation
-/// type (int32 for int8).
+/// The GEMM of x2 [rows, in] times a weight in panels, which it reads in place; its output (c or
+/// dequant) and bias are for the caller to set.
 template <class Acc, class T, class B>
-Tensor<Acc, B> panel_product(const Tensor<T, B>& x2, const packed_linear<T, B>& w,
-                             const std::type_identity_t<Tensor<Acc, B>>* bias) {
-  Tensor<Acc, B> out({x2.shape()[0], w.out_features});
-  if (out.numel() == 0) return out;
+gemm_problem<T, T, Acc> panel_problem(const Tensor<T, B>& x2, const packed_linear<T, B>& w) {
   gemm_problem<T, T, Acc> pr;
   pr.m = x2.shape()[0], pr.n = w.out_features, pr.k = w.in_features;
   pr.a = x2.data(), pr.a_rs = x2.strides()[0], pr.a_cs = x2.strides()[1];
@@ -153,6 +149,18 @@ Tensor<Acc, B> panel_product(const Tensor<T, B>& x2, const packed_linear<T, B>& 
   } else {
     pr.b_rs = w.panel, pr.b_cs = w.in_features * w.panel;
   }
+  return pr;
+}
+
+/// x2 [rows, in] times a weight in panels (plus bias [out] along the columns when not null):
+/// one GEMM that reads the panels in place, into a new [rows, out] tensor of the accumulation
+/// type (int32 for int8).
+template <class Acc, class T, class B>
+Tensor<Acc, B> panel_product(const Tensor<T, B>& x2, const packed_linear<T, B>& w,
+                             const std::type_identity_t<Tensor<Acc, B>>* bias) {
+  Tensor<Acc, B> out({x2.shape()[0], w.out_features});
+  if (out.numel() == 0) return out;
+  gemm_problem<T, T, Acc> pr = panel_problem<Acc>(x2, w);
   pr.c = out.data(), pr.c_rs = w.out_features, pr.c_cs = 1;
   if (bias) {  // any stride: the GEMM reads the bias in place, as gemm_into passes it
     pr.bias = bias->data(), pr.bias_stride = bias->strides()[0];

@@ -48,11 +48,12 @@ struct int8_quantize {
     return static_cast<int8_t>(step > 0 ? q : 0.0f);
   }
 };
-/// An int32 product scaled back: acc * row_step * col_step + bias.
+/// An int32 product scaled back: acc * row_step * col_step + bias (as the GEMM's epilogue does
+/// it, gemm_dequant).
 struct int8_dequantize {
   TESSERA_HOST_DEVICE float operator()(int32_t acc, float row_step, float col_step,
                                        float bias) const {
-    return static_cast<float>(acc) * (row_step * col_step) + bias;
+    return gemm_dequant::apply(acc, row_step, col_step, bias);
   }
 };
 
@@ -302,11 +303,22 @@ Tensor<float, B> int8_linear(const Tensor<float, B>& x, const int8_linear_weight
   detail::check_int8_top("int8_linear", "activation_max", w.activation_max);
   const int8_rows<B> qx = quantize_int8_rows(inliers, w.activation_max);
   const bool packed = w.packed.data.defined();
-  const Tensor<int32_t, B> acc = !packed ? matmul(qx.values, w.weight.values.transpose(0, 1))
-                                 : w.packed.panel > 0
-                                     ? detail::panel_product<int32_t>(qx.values, w.packed, nullptr)
-                                     : matmul(qx.values, w.packed.data);
-  Tensor<float, B> y = map(detail::int8_dequantize{}, acc, qx.steps, w.weight.steps, w.bias);
+  Tensor<float, B> y;
+  if (packed && w.packed.panel > 0) {
+    // Panels: the GEMM's epilogue scales the sums back, without an int32 tensor between.
+    y = Tensor<float, B>({x2.shape()[0], w.out_features});
+    const Tensor<float, B> row_steps = qx.steps.contiguous(),
+                           col_steps = w.weight.steps.contiguous();
+    const Tensor<float, B> bias = w.bias.contiguous();
+    detail::gemm_problem<int8_t, int8_t, int32_t> pr =
+        detail::panel_problem<int32_t>(qx.values, w.packed);
+    pr.dequant = {y.data(), w.out_features, row_steps.data(), col_steps.data(), bias.data()};
+    backend::gemm_kernel<B>::run(pr);
+  } else {
+    const Tensor<int32_t, B> acc = packed ? matmul(qx.values, w.packed.data)
+                                          : matmul(qx.values, w.weight.values.transpose(0, 1));
+    y = map(detail::int8_dequantize{}, acc, qx.steps, w.weight.steps, w.bias);
+  }
   if (!outliers.empty()) {
     // The outlier columns of x [rows, k] and rows of the weight's [in, out] transpose [k, out].
     const Tensor<float, B> xo = embedding(x2.transpose(0, 1), ids).transpose(0, 1);

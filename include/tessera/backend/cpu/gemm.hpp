@@ -6,6 +6,7 @@
 #include <atomic>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "../../core/backend.hpp"
 #include "../../kernel/gemm_problem.hpp"
@@ -143,6 +144,7 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
       if (pc + kb == k) {
         ep.bias = pr.bias, ep.bias_stride = pr.bias_stride, ep.bias_kind = pr.bias_kind;
         ep.relu = pr.relu;
+        if (pr.dequant.out) ep.dequant = &pr.dequant;  // one k block then (gemm_run_cpu)
       }
       for (int64_t jc = 0; jc < n; jc += nc) {
         const int64_t nb = std::min(nc, n - jc);
@@ -216,7 +218,7 @@ void gemm_block(const gemm_problem<TA, TB, Acc>& pr, const TA* a, const TB* b, A
           const int mr_eff = static_cast<int>(std::min<int64_t>(MR, mb - ir));
           const int nr_eff = static_cast<int>(std::min<int64_t>(NR, nb - jr));
           const int64_t ci = i_begin + ic + ir, cj = j_begin + jc + jr;
-          Acc* c_tile = c + ci * pr.c_rs + cj * pr.c_cs;
+          Acc* c_tile = c ? c + ci * pr.c_rs + cj * pr.c_cs : nullptr;  // null: dequant
           if constexpr (is_int8) {
             const int8_t* b_strip = bbuf + jr * kbp;
             int64_t ldb = NR * 4, b_ahead = 0;  // packed B: in cache, prefetches its own row
@@ -386,6 +388,22 @@ void gemm_run_cpu_oriented(const gemm_problem<TA, TB, Acc>& pr) {
   }
 }
 
+/// An int8 product whose k needs several blocks, scaled back to float (gemm_problem::dequant):
+/// the int32 sums into a buffer first, then each scaled back.
+template <class TA, class TB, class Acc>
+void gemm_dequant_after(const gemm_problem<TA, TB, Acc>& pr) {
+  std::vector<int32_t> sums(static_cast<size_t>(pr.m * pr.n));
+  gemm_problem<TA, TB, Acc> p = pr;
+  p.dequant = {};
+  p.c = sums.data(), p.c_rs = pr.n, p.c_cs = 1;
+  gemm_run_cpu_oriented(p);
+  const gemm_dequant& dq = pr.dequant;
+  parallel_for(pr.m, pr.n, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i)
+      gemm_store_dequant(sums.data() + i * pr.n, 0, 1, pr.n, dq, i, 0);
+  });
+}
+
 /// Micro-tile slots an m x n output occupies (ragged edges are computed in full, zero-padded).
 template <class Acc>
 int64_t gemm_padded_area(int64_t m, int64_t n) {
@@ -410,6 +428,19 @@ void gemm_run_cpu(const gemm_problem<TA, TB, Acc>& pr) {
         ": the kernel reads panels of ", dtype_name<Acc>,
         " (or of bfloat16, or of int8 with column sums) whose width is a multiple of ",
         gemm_tile<Acc>::nr);
+  if (pr.dequant.out) {
+    if constexpr (gemm_tile<Acc>::kgroup == 4) {
+      if (pr.b_panel == 0 || pr.alpha != 1 || pr.beta != 0 || pr.bias_kind != gemm_bias::none ||
+          pr.relu || pr.batch != 1)
+        fail<backend_error>("gemm", "float results scaled back are for one int8 product with B ",
+                            "in panels, alpha 1, beta 0, no int32 bias and no relu");
+      // Several k blocks accumulate in int32 between them: into a buffer, scaled back after.
+      if (balanced_k_block(pr.k, cached_gemm_blocks<Acc>().kc) < pr.k)
+        return gemm_dequant_after(pr);
+    } else {
+      fail<backend_error>("gemm", "float results scaled back are for int8 products only");
+    }
+  }
   // A narrow output (n well below nr, as in a 10-class output layer) wastes most of each
   // micro-tile; its transpose C^T = B^T A^T puts the short side along mr instead. Transposing is
   // free (strides swap); only for equal input types, so that no second kernel is instantiated,

@@ -1,5 +1,6 @@
 // tessera/backend/cpu/gemm/epilogue.hpp - what the micro-kernels do with a finished tile:
-// c = alpha * acc + beta * c (+ bias) (relu), written through any strides.
+// c = alpha * acc + beta * c (+ bias) (relu), written through any strides; or int32 sums scaled
+// back to float (int8 dynamic quantization).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,8 @@ struct gemm_epilogue {
   int64_t bias_stride = 0;
   gemm_bias bias_kind = gemm_bias::none;
   bool relu = false;
+  /// int32 sums scaled back to float instead (gemm_problem::dequant), or null.
+  const gemm_dequant* dequant = nullptr;
 };
 
 /// x * y + z in Acc; int32 wraps (as two's complement hardware does) instead of overflowing.
@@ -49,6 +52,18 @@ void gemm_store_tile(const Acc* buf, int ld, int mr, int nr, Acc* c, int64_t c_r
       if (ep.relu && v < Acc(0)) v = Acc(0);  // NaN compares false: stays NaN
       *out = v;
     }
+}
+
+/// The int32 tile in buf (row stride ld) scaled back to float (gemm_dequant), its element (0, 0)
+/// being output (i0, j0).
+inline void gemm_store_dequant(const int32_t* buf, int64_t ld, int64_t mr, int64_t nr,
+                               const gemm_dequant& dq, int64_t i0, int64_t j0) {
+  for (int64_t i = 0; i < mr; ++i) {
+    float* out = dq.out + (i0 + i) * dq.out_rs + j0;
+    for (int64_t j = 0; j < nr; ++j)
+      out[j] = gemm_dequant::apply(buf[i * ld + j], dq.row_scale[i0 + i], dq.col_scale[j0 + j],
+                                   dq.bias ? dq.bias[j0 + j] : 0.0f);
+  }
 }
 
 }  // namespace detail

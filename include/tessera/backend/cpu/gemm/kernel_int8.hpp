@@ -78,8 +78,25 @@ TESSERA_NOINLINE inline void gemm_micro_int8(int64_t kc, const uint8_t* __restri
   } else
 #endif
     k_loop([](reg v) { return v; }, [](reg c, reg x, reg y) { return isa::dot4(c, x, y); });
+  if (ep.dequant && mr_eff == MR && nr_eff == NR) {
+    // Whole tile scaled back to float (gemm_dequant): corrections added in registers.
+    const gemm_dequant& dq = *ep.dequant;
+    TESSERA_UNROLL(32)
+    for (int i = 0; i < MR; ++i) {
+      const reg rowc = isa::set1(row_corr[i]);
+      float* out = dq.out + (i0 + i) * dq.out_rs + j0;
+      TESSERA_UNROLL(4)
+      for (int j = 0; j < NV; ++j) {
+        const int64_t col = j0 + j * isa::lanes;
+        const reg v = isa::add(acc[i][j], isa::add(rowc, isa::load32(col_corr + j * isa::lanes)));
+        isa::store_dequant(out + j * isa::lanes, v, dq.row_scale[i0 + i], dq.col_scale + col,
+                           dq.bias ? dq.bias + col : nullptr);
+      }
+    }
+    return;
+  }
   const bool vector_bias = ep.bias_kind != gemm_bias::per_col || ep.bias_stride == 1;
-  if (mr_eff == MR && nr_eff == NR && c_cs == 1 && vector_bias) {
+  if (!ep.dequant && mr_eff == MR && nr_eff == NR && c_cs == 1 && vector_bias) {
     // Whole tile: corrections and epilogue in registers (wrapping int32 arithmetic).
     const reg alpha = isa::set1(ep.alpha), beta = isa::set1(ep.beta);
     reg colc[NV];
@@ -129,7 +146,10 @@ TESSERA_NOINLINE inline void gemm_micro_int8(int64_t kc, const uint8_t* __restri
       buf[i * NR + j] = static_cast<int32_t>(static_cast<uint32_t>(buf[i * NR + j]) +
                                              static_cast<uint32_t>(row_corr[i]) +
                                              static_cast<uint32_t>(col_corr[j]));
-  gemm_store_tile(buf, NR, mr_eff, nr_eff, c, c_rs, c_cs, ep, i0, j0);
+  if (ep.dequant)
+    gemm_store_dequant(buf, NR, mr_eff, nr_eff, *ep.dequant, i0, j0);
+  else
+    gemm_store_tile(buf, NR, mr_eff, nr_eff, c, c_rs, c_cs, ep, i0, j0);
 }
 
 }  // namespace detail
