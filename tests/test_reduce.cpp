@@ -345,6 +345,39 @@ TEST(ReduceSpecial, NanInsideVectorChunks) {
   }
 }
 
+// Reductions over the rows of a wide matrix take the column path, whose SIMD reducers keep a
+// vector of columns in a register down each block of rows. A NaN in a vector's columns or in
+// the scalar tail (37 columns) makes exactly its column NaN, in the first, a middle or the last
+// block of rows; the other columns equal the same reduction along contiguous rows.
+TEST(ReduceSpecial, NanInColumnReductions) {
+  ts::Generator g(41);
+  const auto base = ts::rand<float>({45, 37}, g, -3, 3);
+  const auto rows_of = [](const ts::Tensor<float>& t) { return t.transpose(0, 1).contiguous(); };
+  for (int64_t col : {int64_t{0}, int64_t{9}, int64_t{35}})
+    for (int64_t row : {int64_t{0}, int64_t{20}, int64_t{44}}) {
+      auto x = base.clone();
+      x.at({row, col}) = NAN;
+      const std::string at = std::to_string(row) + ", " + std::to_string(col);
+      const auto xt = rows_of(x);
+      for (const auto& [name, got, want] :
+           {std::tuple{"max", ts::max(x, {0}), ts::max(xt, {1})},
+            std::tuple{"min", ts::min(x, {0}), ts::min(xt, {1})},
+            std::tuple{"norminf", ts::norm(x, INFINITY, {0}), ts::norm(xt, INFINITY, {1})},
+            std::tuple{"sum", ts::sum(x, {0}), ts::sum(xt, {1})}}) {
+        const auto gv = got.to_vector(), wv = want.to_vector();
+        for (int64_t j = 0; j < 37; ++j) {
+          if (j == col) {
+            EXPECT_TRUE(std::isnan(gv[j])) << name << " NaN at " << at;
+          } else if (std::string(name) == "sum") {
+            EXPECT_NEAR(gv[j], wv[j], 1e-4) << name << " column " << j << " NaN at " << at;
+          } else {
+            EXPECT_EQ(gv[j], wv[j]) << name << " column " << j << " NaN at " << at;
+          }
+        }
+      }
+    }
+}
+
 // softmax and log_softmax of rows holding +inf, only -inf, or NaN are NaN throughout, as in
 // PyTorch (the maximum is inf, so x - max is NaN for it and -inf for the rest: the sum is NaN).
 // softmax([inf, 0]) used to give [nan, 0], and log_softmax [nan, -inf].

@@ -211,6 +211,47 @@ inline int column_levels(int64_t count) {
     ++l;
   return l + 1;
 }
+/// part[j] = the reduction of rows[0..count)[j] for w columns (count <= column_rows_per_block;
+/// index r0 is the first row's). Where the reducer has a SIMD step, each native vector of
+/// columns goes down all the rows in a register (the scalar step's load and store of part per
+/// row, and the NaN tests of max and min, which the compiler left scalar, held the inf-norm of
+/// [4096, 1536] over its rows to 13 GB/s). Each column meets its rows in order either way.
+template <class R, class In>
+TESSERA_ISA_FLATTEN void reduce_column_block(const R& red, const In* const* rows, int count,
+                                             typename R::acc_type* part, int64_t w, int64_t r0) {
+  int64_t j = 0;
+  if constexpr (simd_reducer<R, In>() && std::is_same_v<typename R::acc_type, In>) {
+    using V = simd::vec<In>;
+    const V id = V::broadcast(red.identity());
+    for (; j + V::width <= w; j += V::width) {
+      V a = id;
+      for (int i = 0; i < count; ++i) a = red.vstep(a, V::load(rows[i] + j));
+      a.store(part + j);
+    }
+  }
+  for (int64_t t = j; t < w; ++t) part[t] = red.identity();
+  for (int i = 0; i < count; ++i) {
+    const In* q = rows[i];
+    TESSERA_OMP_SIMD()
+    for (int64_t t = j; t < w; ++t) part[t] = red.step(part[t], q[t], r0 + i);
+  }
+}
+
+/// out[j] = combine(x[j], y[j]) for w columns, in native vectors where the reducer has them.
+template <class R>
+TESSERA_ISA_FLATTEN void combine_columns(const R& red, const typename R::acc_type* x,
+                                         const typename R::acc_type* y, typename R::acc_type* out,
+                                         int64_t w) {
+  using Acc = typename R::acc_type;
+  int64_t j = 0;
+  if constexpr (simd_reducer<R, Acc>()) {
+    using V = simd::vec<Acc>;
+    for (; j + V::width <= w; j += V::width)
+      red.vcombine(V::load(x + j), V::load(y + j)).store(out + j);
+  }
+  for (; j < w; ++j) out[j] = red.combine(x[j], y[j]);
+}
+
 template <class R, class In, class Out>
 void reduce_columns(const R& red, const In* p, int64_t ncols, int64_t tile, const reduced_space& rs,
                     Out* o, int64_t so, typename R::acc_type* scratch) {
@@ -223,22 +264,22 @@ void reduce_columns(const R& red, const In* p, int64_t ncols, int64_t tile, cons
     const int64_t w = std::min(tile, ncols - c0);
     uint64_t used = 0;
     for (int64_t b = 0; b < nblocks; ++b) {
-      for (int64_t j = 0; j < w; ++j) part[j] = red.identity();
-      const int64_t r1 = std::min(rs.count, (b + 1) * column_rows_per_block);
-      for (int64_t r = b * column_rows_per_block; r < r1; ++r) {
+      const int64_t r0 = b * column_rows_per_block;
+      const int count = static_cast<int>(std::min(rs.count, r0 + column_rows_per_block) - r0);
+      const In* rows[column_rows_per_block];
+      for (int i = 0; i < count; ++i) {
         int64_t off = 0;
-        for (int64_t t = r, d = n.rank - 1; d >= 0; --d) {
+        for (int64_t t = r0 + i, d = n.rank - 1; d >= 0; --d) {
           off += (t % n.shape[d]) * n.strides[0][d];
           t /= n.shape[d];
         }
-        const In* q = p + off + c0;
-        TESSERA_OMP_SIMD()
-        for (int64_t j = 0; j < w; ++j) part[j] = red.step(part[j], q[j], r);
+        rows[i] = p + off + c0;
       }
+      reduce_column_block(red, rows, count, part, w, r0);
       if (nblocks == 1) break;
       int l = 0;
       for (; used >> l & 1; ++l) {
-        for (int64_t j = 0; j < w; ++j) part[j] = red.combine(slot[l * tile + j], part[j]);
+        combine_columns(red, slot + l * tile, part, part, w);
         used &= ~(uint64_t{1} << l);
       }
       for (int64_t j = 0; j < w; ++j) slot[l * tile + j] = part[j];
@@ -247,8 +288,7 @@ void reduce_columns(const R& red, const In* p, int64_t ncols, int64_t tile, cons
     if (nblocks > 1) {
       for (int64_t j = 0; j < w; ++j) part[j] = red.identity();
       for (uint64_t u = used; u; u &= ~(uint64_t{1} << top_level(u)))
-        for (int64_t j = 0, l = top_level(u); j < w; ++j)
-          part[j] = red.combine(part[j], slot[l * tile + j]);
+        combine_columns(red, part, slot + top_level(u) * tile, part, w);
     }
     for (int64_t j = 0; j < w; ++j) o[(c0 + j) * so] = red.finish(part[j]);
   }
