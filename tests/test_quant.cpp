@@ -45,6 +45,64 @@ TEST(QuantizeInt8Rows, RoundsEachRowToItsOwnStep) {
   EXPECT_THROW((void)ts::quantize_int8_rows(x, 128), ts::error);
 }
 
+// The CPU quantizes rows in one fused kernel (norm_kernel<cpu>::int8_rows); its values and steps
+// equal the composed definition (the inf-norm of each row of x * keep, then int8_quantize) bit
+// for bit: row lengths around the vector width, features left out (keep 0), an all-zero row, a
+// row holding a NaN, rank 3, a strided x, 8 and 7 bits, and no columns at all.
+TEST(QuantizeInt8Rows, FusedKernelEqualsTheComposedDefinition) {
+  static_assert(ts::detail::has_int8_rows_kernel<cpu>);
+  ts::Generator g(3);
+  const auto composed = [](const ts::Tensor<float>& v, int top) {
+    const auto steps = ts::detail::int8_row_steps(v, top);
+    return ts::int8_rows<cpu>{ts::map(ts::detail::int8_quantize{static_cast<float>(top)}, v, steps),
+                              steps};
+  };
+  for (int64_t c : {1, 7, 8, 9, 31, 384, 1537})
+    for (const bool masked : {false, true})
+      for (const int top : {127, 63}) {
+        auto x = ts::randn<float>({6, c}, g) * 3.0f;
+        x.slice(0, 1, 2).fill_(0.0f);
+        x.at({4, c / 2}) = NAN;
+        ts::Tensor<float> keep;
+        if (masked) {
+          std::vector<float> k(static_cast<size_t>(c), 1.0f);
+          for (int64_t j = 0; j < c; j += 5) k[static_cast<size_t>(j)] = 0.0f;
+          keep = ts::from_vector<float>(k);
+          x.at({2, 0}) = 1000.0f;  // left out: must not set the row's step
+        }
+        const std::string what =
+            "c " + std::to_string(c) + (masked ? " masked" : "") + " top " + std::to_string(top);
+        const auto got = ts::detail::quantize_kept_rows(x, keep, top);
+        const auto want = composed(masked ? x * keep : x, top);
+        EXPECT_EQ(got.values.to_vector(), want.values.to_vector()) << what;
+        const auto gs = got.steps.to_vector(), ws = want.steps.to_vector();
+        ASSERT_EQ(got.steps.shape(), ts::Shape({6, 1})) << what;
+        for (size_t r = 0; r < gs.size(); ++r) {
+          if (r == 4) {
+            EXPECT_TRUE(std::isnan(gs[r])) << what << ": the NaN row's step";
+          } else {
+            EXPECT_EQ(gs[r], ws[r]) << what << " row " << r;
+          }
+        }
+        if (masked) {
+          EXPECT_LT(gs[2], 100.0f / top) << what;
+        }
+      }
+  // Rank 3 and a transposed (strided) x through the public op.
+  const auto x3 = ts::randn<float>({2, 3, 40}, g);
+  const auto xt = ts::randn<float>({40, 6}, g).transpose(0, 1);
+  for (const auto& x : {x3, xt}) {
+    const auto got = ts::quantize_int8_rows(x), want = composed(x.contiguous(), 127);
+    EXPECT_EQ(got.values.shape(), x.shape());
+    EXPECT_EQ(got.values.to_vector(), want.values.to_vector());
+    EXPECT_EQ(got.steps.to_vector(), want.steps.to_vector());
+  }
+  // No columns: every step 0.
+  const auto empty = ts::quantize_int8_rows(ts::Tensor<float>({3, 0}));
+  EXPECT_EQ(empty.steps.shape(), ts::Shape({3, 1}));
+  EXPECT_EQ(empty.steps.to_vector(), std::vector<float>(3, 0.0f));
+}
+
 TEST(Int8Linear, EqualsTheProductOfTheQuantizedOperands) {
   ts::Generator g(2);
   for (int64_t in : {1, 7, 64, 300}) {

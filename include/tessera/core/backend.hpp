@@ -95,9 +95,10 @@ struct loss_kernel {};
 template <class B>
 struct attention_kernel {};
 
-/// Optional fused layer normalization of backend B: layer_norm(const
-/// detail::layer_norm_problem<T>&) (kernel/norm_problem.hpp), for float and double. Without it
-/// layer_norm runs as reductions and elementwise ops.
+/// Optional fused row-wise kernels of backend B (kernel/norm_problem.hpp): layer_norm(const
+/// detail::layer_norm_problem<T>&) for float and double, int8_rows(const
+/// detail::int8_rows_problem&). Without them layer_norm and the int8 quantization of rows run as
+/// reductions and elementwise ops.
 template <class B>
 struct norm_kernel {};
 

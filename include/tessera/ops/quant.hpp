@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "../kernel/norm_problem.hpp"
 #include "creation.hpp"
 #include "elementwise.hpp"
 #include "embedding.hpp"
@@ -30,24 +31,6 @@ namespace detail {
 /// norm's p for the largest magnitude: one pass, without a tensor of magnitudes.
 inline constexpr double inf_norm = std::numeric_limits<double>::infinity();
 
-/// The symmetric step of a row whose largest magnitude is m: m / top, top being the largest
-/// quantized magnitude (127: int8's range is used as [-127, 127], so that negation stays in
-/// range; 63 for 7-bit values).
-struct int8_step {
-  float top = 127.0f;
-  TESSERA_HOST_DEVICE float operator()(float m) const { return m / top; }
-};
-/// x / step rounded to the nearest integer (ties to even) and clamped to [-top, top]; 0 where
-/// the step is 0 (an all-zero row). Without a branch, so that the CPU's loop vectorizes (an early
-/// return kept it scalar: 8% of BERT's int8 forward pass).
-struct int8_quantize {
-  float top = 127.0f;
-  TESSERA_HOST_DEVICE int8_t operator()(float x, float step) const {
-    float q = nearbyintf(x / step);
-    q = q < -top ? -top : q > top ? top : q;
-    return static_cast<int8_t>(step > 0 ? q : 0.0f);
-  }
-};
 /// An int32 product scaled back: acc * row_step * col_step + bias (as the GEMM's epilogue does
 /// it, gemm_dequant).
 struct int8_dequantize {
@@ -130,6 +113,39 @@ struct int8_rows {
   Tensor<float, B> steps;
 };
 
+namespace detail {
+/// Whether backend B quantizes rows in one fused kernel (norm_kernel<B>::int8_rows: the CPU).
+template <class B>
+concept has_int8_rows_kernel = requires(const int8_rows_problem& p) {
+  backend::norm_kernel<B>::int8_rows(p);
+};
+
+/// The rows of x * keep (keep [c], the last dim of x, or undefined: x itself) quantized as
+/// quantize_int8_rows does, in one pass over x where the backend has the fused kernel. The
+/// caller has checked x (rank >= 1), keep and top.
+template <class B>
+int8_rows<B> quantize_kept_rows(const Tensor<float, B>& x, const Tensor<float, B>& keep, int top) {
+  if constexpr (has_int8_rows_kernel<B>) {
+    const Tensor<float, B> xc = x.contiguous();
+    Tensor<float, B> kc;
+    if (keep.defined()) kc = keep.contiguous();
+    Shape step_shape = x.shape();
+    step_shape[x.rank() - 1] = 1;
+    int8_rows<B> r{Tensor<int8_t, B>(x.shape()), zeros<float, B>(step_shape)};
+    int8_rows_problem p;
+    p.c = x.shape()[x.rank() - 1], p.rows = p.c == 0 ? 0 : x.numel() / p.c;
+    p.x = xc.data(), p.x_rs = p.c, p.keep = kc.defined() ? kc.data() : nullptr;
+    p.top = static_cast<float>(top), p.values = r.values.data(), p.steps = r.steps.data();
+    if (p.rows > 0) backend::norm_kernel<B>::int8_rows(p);
+    return r;
+  } else {
+    const Tensor<float, B> v = keep.defined() ? x * keep : x;
+    const Tensor<float, B> steps = int8_row_steps(v, top);
+    return {map(int8_quantize{static_cast<float>(top)}, v, steps), steps};
+  }
+}
+}  // namespace detail
+
 /// Symmetric per-row int8 quantization of x (rank >= 1): each row's step is its largest
 /// magnitude / top, values in [-top, top] (top 127, or fewer levels: 63 for 7 bits, 1 to 127).
 /// Dequantized, every element is within step / 2 of x.
@@ -139,8 +155,7 @@ int8_rows<B> quantize_int8_rows(const Tensor<float, B>& x, int top = 127) {
   if (x.rank() == 0)
     detail::fail<shape_error>("quantize_int8_rows", "x must have at least one dim");
   detail::check_int8_top("quantize_int8_rows", "top", top);
-  const Tensor<float, B> steps = detail::int8_row_steps(x, top);
-  return {map(detail::int8_quantize{static_cast<float>(top)}, x, steps), steps};
+  return detail::quantize_kept_rows(x, Tensor<float, B>(), top);
 }
 
 namespace detail {
@@ -292,16 +307,16 @@ Tensor<float, B> int8_linear(const Tensor<float, B>& x, const int8_linear_weight
     for (size_t i = 0; i < largest.size(); ++i)
       if (largest[i] > w.outlier_threshold) outliers.push_back(static_cast<int64_t>(i));
   }
-  Tensor<float, B> inliers = x2;
+  Tensor<float, B> keep;  // 0 for the outlier features, 1 for the rest
   Tensor<int64_t, B> ids;
   if (!outliers.empty()) {
     ids = from_vector<int64_t, B>(outliers);
-    std::vector<float> keep(static_cast<size_t>(w.in_features), 1.0f);
-    for (const int64_t i : outliers) keep[static_cast<size_t>(i)] = 0.0f;
-    inliers = x2 * from_vector<float, B>(keep);
+    std::vector<float> k(static_cast<size_t>(w.in_features), 1.0f);
+    for (const int64_t i : outliers) k[static_cast<size_t>(i)] = 0.0f;
+    keep = from_vector<float, B>(k);
   }
   detail::check_int8_top("int8_linear", "activation_max", w.activation_max);
-  const int8_rows<B> qx = quantize_int8_rows(inliers, w.activation_max);
+  const int8_rows<B> qx = detail::quantize_kept_rows(x2, keep, w.activation_max);
   const bool packed = w.packed.data.defined();
   Tensor<float, B> y;
   if (packed && w.packed.panel > 0) {

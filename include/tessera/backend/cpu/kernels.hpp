@@ -321,12 +321,16 @@ struct attention_kernel<cpu> {
   }
 };
 
-/// Fused layer normalization (norm.hpp), float and double.
+/// Fused row-wise kernels (norm.hpp): layer normalization (float and double) and int8 row
+/// quantization.
 template <>
 struct norm_kernel<cpu> {
   template <class T>
   static void layer_norm(const detail::layer_norm_problem<T>& p) {
     TESSERA_DETAIL_CPU_DISPATCH(backend::cpu_norm::layer_norm(p))
+  }
+  static void int8_rows(const detail::int8_rows_problem& p) {
+    TESSERA_DETAIL_CPU_DISPATCH(backend::cpu_norm::int8_rows(p))
   }
 };
 

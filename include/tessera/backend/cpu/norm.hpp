@@ -1,8 +1,9 @@
-// tessera/backend/cpu/norm.hpp - fused layer normalization of contiguous rows
-// (kernel/norm_problem.hpp): per row, one pass for the mean (adding the residual, if any, into
-// the output), one for the variance about that mean, one for the result. A row of a transformer
-// (hundreds of values) stays in L1 across the three, so the row is read from memory once, where
-// the composed op (mean, variance, subtract, scale, shift) made a pass over all rows per step.
+// tessera/backend/cpu/norm.hpp - fused row-wise kernels (kernel/norm_problem.hpp):
+// - layer normalization of contiguous rows: per row, one pass for the mean (adding the residual,
+//   if any, into the output), one for the variance about that mean, one for the result;
+// - int8 quantization of rows: one pass for the row's largest magnitude, one for the values.
+// A row of a transformer (hundreds of values) stays in L1 across the passes, so it is read from
+// memory once, where the composed ops made a pass over all rows per step.
 // Part of a kernel pass: included by isa_pass.hpp once per instruction set, no include guard.
 
 #include <cmath>
@@ -108,10 +109,55 @@ void layer_norm_row(const layer_norm_problem<T>& p, int64_t i) {
   }
 }
 
+/// Row i of an int8_rows_problem (T = float; a template so that the scalar pass, which has no
+/// vec<float>, discards the vector branch).
+template <class T = float>
+void int8_rows_row(const int8_rows_problem& p, int64_t i) {
+  const T* x = p.x + i * p.x_rs;
+  const float* keep = p.keep;
+  const int64_t c = p.c;
+  // The largest |x * keep|, NaN if any is (as norm's inf-norm): max propagates NaN.
+  float m = 0;
+  const auto take = [&m](float v) {
+    if (m == m && (v != v || v > m)) m = v;
+  };
+  int64_t j = 0;
+  if constexpr (simd::available<T>) {
+    using V = simd::vec<T>;
+    constexpr int W = V::width;
+    V a = V::broadcast(T(0));
+    for (; j + W <= c; j += W) {
+      V v = V::load(x + j);
+      if (keep) v = v * V::load(keep + j);
+      a = max(a, abs(v));
+    }
+    alignas(64) T lanes[W];
+    a.store(lanes);
+    for (int l = 0; l < W; ++l) take(lanes[l]);
+  }
+  for (; j < c; ++j) take(std::fabs(keep ? x[j] * keep[j] : x[j]));
+  const float step = int8_step{p.top}(m);
+  p.steps[i] = step;
+  const int8_quantize q{p.top};
+  int8_t* out = p.values + i * c;
+  if (keep) {
+    TESSERA_OMP_SIMD()
+    for (int64_t t = 0; t < c; ++t) out[t] = q(x[t] * keep[t], step);
+  } else {
+    TESSERA_OMP_SIMD()
+    for (int64_t t = 0; t < c; ++t) out[t] = q(x[t], step);
+  }
+}
+
 }  // namespace detail
 
 namespace backend {
 struct cpu_norm {
+  static void int8_rows(const detail::int8_rows_problem& p) {
+    detail::parallel_for(p.rows, 6 * p.c, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) detail::int8_rows_row(p, i);
+    });
+  }
   template <class T>
   static void layer_norm(const detail::layer_norm_problem<T>& p) {
     detail::parallel_for(p.rows, 8 * p.c, [&](int64_t b, int64_t e) {
