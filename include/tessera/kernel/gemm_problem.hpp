@@ -17,12 +17,20 @@ enum class gemm_bias : int8_t { none, per_row, per_col };
 /// int32 products written as float (int8 dynamic quantization, ops/quant.hpp): output (i, j)
 /// is acc * (row_scale[i] * col_scale[j]) + bias[j] at out[i * out_rs + j], instead of acc in c.
 /// bias may be null (0). One definition of the formula, for the backends and the ops' fallback.
+/// With extra_k > 0, a float product over extra_k more features is added last: the sum over
+/// o of extra_a[i * extra_a_rs + o * extra_a_cs] * extra_b[o * extra_b_rs + j], fused
+/// multiply-adds in order of o from 0 (the features kept out of the int8 product, whose
+/// separate product was another pass over the output).
 struct gemm_dequant {
   float* out = nullptr;
   int64_t out_rs = 0;
   const float* row_scale = nullptr;
   const float* col_scale = nullptr;
   const float* bias = nullptr;
+  const float* extra_a = nullptr;
+  int64_t extra_a_rs = 0, extra_a_cs = 0;
+  const float* extra_b = nullptr;
+  int64_t extra_b_rs = 0, extra_k = 0;
   TESSERA_HOST_DEVICE static float apply(int32_t acc, float row_scale, float col_scale,
                                          float bias) {
     return static_cast<float>(acc) * (row_scale * col_scale) + bias;

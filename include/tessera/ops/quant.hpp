@@ -31,6 +31,11 @@ namespace detail {
 /// norm's p for the largest magnitude: one pass, without a tensor of magnitudes.
 inline constexpr double inf_norm = std::numeric_limits<double>::infinity();
 
+/// Outlier features up to which int8_linear adds their float product in the int8 GEMM's
+/// epilogue (gemm_dequant::extra_k): there each costs a broadcast and a multiply-add per vector
+/// of output, a sequential sum that equals a float GEMM's over one k block.
+inline constexpr int64_t int8_fused_outliers = 32;
+
 /// An int32 product scaled back: acc * row_step * col_step + bias (as the GEMM's epilogue does
 /// it, gemm_dequant).
 struct int8_dequantize {
@@ -318,9 +323,24 @@ Tensor<float, B> int8_linear(const Tensor<float, B>& x, const int8_linear_weight
   detail::check_int8_top("int8_linear", "activation_max", w.activation_max);
   const int8_rows<B> qx = detail::quantize_kept_rows(x2, keep, w.activation_max);
   const bool packed = w.packed.data.defined();
+  // The outlier columns of x [rows, k] and the float rows of the weight's [in, out] transpose
+  // [k, out] for them.
+  Tensor<float, B> xo, wo;
+  if (!outliers.empty()) {
+    xo = embedding(x2.transpose(0, 1), ids).transpose(0, 1);
+    const Tensor<int8_t, B> wo_values = packed ? detail::packed_feature_rows(w.packed, outliers)
+                                               : embedding(w.weight.values.transpose(0, 1), ids);
+    wo = (wo_values.template astype<float>() * w.weight.steps).contiguous();
+  }
+  // A few outlier features (LLM.int8 finds a handful) go into the int8 GEMM's epilogue; more
+  // run as a float GEMM of their own after it.
+  const bool panels = packed && w.packed.panel > 0;
+  const bool fused_outliers =
+      panels && xo.defined() && xo.shape()[1] <= detail::int8_fused_outliers;
   Tensor<float, B> y;
-  if (packed && w.packed.panel > 0) {
-    // Panels: the GEMM's epilogue scales the sums back, without an int32 tensor between.
+  if (panels) {
+    // Panels: the GEMM's epilogue scales the sums back and adds the outliers' float product,
+    // without an int32 tensor or another pass over the output between.
     y = Tensor<float, B>({x2.shape()[0], w.out_features});
     const Tensor<float, B> row_steps = qx.steps.contiguous(),
                            col_steps = w.weight.steps.contiguous();
@@ -328,20 +348,19 @@ Tensor<float, B> int8_linear(const Tensor<float, B>& x, const int8_linear_weight
     detail::gemm_problem<int8_t, int8_t, int32_t> pr =
         detail::panel_problem<int32_t>(qx.values, w.packed);
     pr.dequant = {y.data(), w.out_features, row_steps.data(), col_steps.data(), bias.data()};
+    if (fused_outliers) {
+      pr.dequant.extra_a = xo.data(), pr.dequant.extra_a_rs = xo.strides()[0];
+      pr.dequant.extra_a_cs = xo.strides()[1];
+      pr.dequant.extra_b = wo.data(), pr.dequant.extra_b_rs = w.out_features;
+      pr.dequant.extra_k = xo.shape()[1];
+    }
     backend::gemm_kernel<B>::run(pr);
   } else {
     const Tensor<int32_t, B> acc = packed ? matmul(qx.values, w.packed.data)
                                           : matmul(qx.values, w.weight.values.transpose(0, 1));
     y = map(detail::int8_dequantize{}, acc, qx.steps, w.weight.steps, w.bias);
   }
-  if (!outliers.empty()) {
-    // The outlier columns of x [rows, k] and rows of the weight's [in, out] transpose [k, out].
-    const Tensor<float, B> xo = embedding(x2.transpose(0, 1), ids).transpose(0, 1);
-    const Tensor<int8_t, B> wo_values = packed ? detail::packed_feature_rows(w.packed, outliers)
-                                               : embedding(w.weight.values.transpose(0, 1), ids);
-    const Tensor<float, B> wo = wo_values.template astype<float>() * w.weight.steps;
-    detail::gemm_into("int8_linear", 1.0, xo, wo, 1.0, y);
-  }
+  if (xo.defined() && !fused_outliers) detail::gemm_into("int8_linear", 1.0, xo, wo, 1.0, y);
   return y.reshape(out_shape.span());
 }
 

@@ -3,6 +3,7 @@
 // back to float (int8 dynamic quantization).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
@@ -60,9 +61,18 @@ inline void gemm_store_dequant(const int32_t* buf, int64_t ld, int64_t mr, int64
                                const gemm_dequant& dq, int64_t i0, int64_t j0) {
   for (int64_t i = 0; i < mr; ++i) {
     float* out = dq.out + (i0 + i) * dq.out_rs + j0;
-    for (int64_t j = 0; j < nr; ++j)
-      out[j] = gemm_dequant::apply(buf[i * ld + j], dq.row_scale[i0 + i], dq.col_scale[j0 + j],
-                                   dq.bias ? dq.bias[j0 + j] : 0.0f);
+    for (int64_t j = 0; j < nr; ++j) {
+      float v = gemm_dequant::apply(buf[i * ld + j], dq.row_scale[i0 + i], dq.col_scale[j0 + j],
+                                    dq.bias ? dq.bias[j0 + j] : 0.0f);
+      if (dq.extra_k > 0) {
+        float s = 0;
+        for (int64_t o = 0; o < dq.extra_k; ++o)
+          s = std::fma(dq.extra_a[(i0 + i) * dq.extra_a_rs + o * dq.extra_a_cs],
+                       dq.extra_b[o * dq.extra_b_rs + j0 + j], s);
+        v += s;
+      }
+      out[j] = v;
+    }
   }
 }
 

@@ -89,8 +89,16 @@ TESSERA_NOINLINE inline void gemm_micro_int8(int64_t kc, const uint8_t* __restri
       for (int j = 0; j < NV; ++j) {
         const int64_t col = j0 + j * isa::lanes;
         const reg v = isa::add(acc[i][j], isa::add(rowc, isa::load32(col_corr + j * isa::lanes)));
-        isa::store_dequant(out + j * isa::lanes, v, dq.row_scale[i0 + i], dq.col_scale + col,
-                           dq.bias ? dq.bias + col : nullptr);
+        typename isa::freg y = isa::dequant(v, dq.row_scale[i0 + i], dq.col_scale + col,
+                                            dq.bias ? dq.bias + col : nullptr);
+        if (dq.extra_k > 0) {  // the float features' product, added last
+          const float* xa = dq.extra_a + (i0 + i) * dq.extra_a_rs;
+          typename isa::freg e = isa::fzero();
+          for (int64_t o = 0; o < dq.extra_k; ++o)
+            e = isa::fmadd(xa[o * dq.extra_a_cs], dq.extra_b + o * dq.extra_b_rs + col, e);
+          y = isa::fadd(y, e);
+        }
+        isa::fstore(out + j * isa::lanes, y);
       }
     }
     return;
