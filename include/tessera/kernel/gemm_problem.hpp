@@ -2,6 +2,7 @@
 // ops/matmul.hpp hands to backend::gemm_kernel<B>::run.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
@@ -15,7 +16,8 @@ namespace detail {
 enum class gemm_bias : int8_t { none, per_row, per_col };
 
 /// int32 products written as float (int8 dynamic quantization, ops/quant.hpp): output (i, j)
-/// is acc * (row_scale[i] * col_scale[j]) + bias[j] at out[i * out_rs + j], instead of acc in c.
+/// is acc * (row_scale[i] * col_scale[j]) + bias[j] (one fused multiply-add) at
+/// out[i * out_rs + j], instead of acc in c.
 /// bias may be null (0). One definition of the formula, for the backends and the ops' fallback.
 /// With extra_k > 0, a float product over extra_k more features is added last: the sum over
 /// o of extra_a[i * extra_a_rs + o * extra_a_cs] * extra_b[o * extra_b_rs + j], fused
@@ -33,7 +35,9 @@ struct gemm_dequant {
   int64_t extra_b_rs = 0, extra_k = 0;
   TESSERA_HOST_DEVICE static float apply(int32_t acc, float row_scale, float col_scale,
                                          float bias) {
-    return static_cast<float>(acc) * (row_scale * col_scale) + bias;
+    // One rounding, written out: left to the compiler's contraction, the epilogue's vectors and
+    // an elementwise map of this could round differently.
+    return fmaf(static_cast<float>(acc), row_scale * col_scale, bias);
   }
 };
 

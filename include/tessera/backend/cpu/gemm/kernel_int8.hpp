@@ -79,26 +79,32 @@ TESSERA_NOINLINE inline void gemm_micro_int8(int64_t kc, const uint8_t* __restri
 #endif
     k_loop([](reg v) { return v; }, [](reg c, reg x, reg y) { return isa::dot4(c, x, y); });
   if (ep.dequant && mr_eff == MR && nr_eff == NR) {
-    // Whole tile scaled back to float (gemm_dequant): corrections added in registers.
+    // Whole tile scaled back to float (gemm_dequant): corrections added in registers, the
+    // float part on simd::vec<float>, whose lanes match the int32 registers'.
+    using F = simd::vec<float>;
+    static_assert(F::width == isa::lanes);
     const gemm_dequant& dq = *ep.dequant;
     TESSERA_UNROLL(32)
     for (int i = 0; i < MR; ++i) {
       const reg rowc = isa::set1(row_corr[i]);
+      const F row_scale = F::broadcast(dq.row_scale[i0 + i]);
+      const float* xa = dq.extra_k > 0 ? dq.extra_a + (i0 + i) * dq.extra_a_rs : nullptr;
       float* out = dq.out + (i0 + i) * dq.out_rs + j0;
       TESSERA_UNROLL(4)
       for (int j = 0; j < NV; ++j) {
         const int64_t col = j0 + j * isa::lanes;
         const reg v = isa::add(acc[i][j], isa::add(rowc, isa::load32(col_corr + j * isa::lanes)));
-        typename isa::freg y = isa::dequant(v, dq.row_scale[i0 + i], dq.col_scale + col,
-                                            dq.bias ? dq.bias + col : nullptr);
-        if (dq.extra_k > 0) {  // the float features' product, added last
-          const float* xa = dq.extra_a + (i0 + i) * dq.extra_a_rs;
-          typename isa::freg e = isa::fzero();
+        // gemm_dequant::apply, then the float features' product added last.
+        F y = fma(F{isa::to_float(v)}, row_scale * F::load(dq.col_scale + col),
+                  dq.bias ? F::load(dq.bias + col) : F::broadcast(0.0f));
+        if (dq.extra_k > 0) {
+          F e = F::broadcast(0.0f);
           for (int64_t o = 0; o < dq.extra_k; ++o)
-            e = isa::fmadd(xa[o * dq.extra_a_cs], dq.extra_b + o * dq.extra_b_rs + col, e);
-          y = isa::fadd(y, e);
+            e = fma(F::broadcast(xa[o * dq.extra_a_cs]),
+                    F::load(dq.extra_b + o * dq.extra_b_rs + col), e);
+          y = y + e;
         }
-        isa::fstore(out + j * isa::lanes, y);
+        y.store(out + j * isa::lanes);
       }
     }
     return;

@@ -39,20 +39,8 @@ struct int8_isa {
   static reg add(reg x, reg y) { return _mm512_add_epi32(x, y); }
   static reg mul(reg x, reg y) { return _mm512_mullo_epi32(x, y); }
   static reg relu(reg x) { return _mm512_max_epi32(x, _mm512_setzero_si512()); }
-  /// float(v) * (row_scale * col_scale[..]) + bias[..] (gemm_dequant::apply).
-  using freg = __m512;
-  static freg dequant(reg v, float row_scale, const float* col_scale, const float* bias) {
-    const freg s = _mm512_mul_ps(_mm512_set1_ps(row_scale), _mm512_loadu_ps(col_scale));
-    const freg y = _mm512_mul_ps(_mm512_cvtepi32_ps(v), s);
-    return bias ? _mm512_add_ps(y, _mm512_loadu_ps(bias)) : y;
-  }
-  /// acc + x * y[..] in one rounding.
-  static freg fmadd(float x, const float* y, freg acc) {
-    return _mm512_fmadd_ps(_mm512_set1_ps(x), _mm512_loadu_ps(y), acc);
-  }
-  static freg fzero() { return _mm512_setzero_ps(); }
-  static freg fadd(freg x, freg y) { return _mm512_add_ps(x, y); }
-  static void fstore(float* p, freg v) { _mm512_storeu_ps(p, v); }
+  /// The lanes as float (rounded to nearest), a native float register.
+  static __m512 to_float(reg v) { return _mm512_cvtepi32_ps(v); }
 };
 #define TESSERA_DETAIL_HAVE_INT8_ISA 1
 #elif defined(TESSERA_ISA_AVX2)
@@ -96,20 +84,8 @@ struct int8_isa {
   static reg add(reg x, reg y) { return _mm256_add_epi32(x, y); }
   static reg mul(reg x, reg y) { return _mm256_mullo_epi32(x, y); }
   static reg relu(reg x) { return _mm256_max_epi32(x, _mm256_setzero_si256()); }
-  /// float(v) * (row_scale * col_scale[..]) + bias[..] (gemm_dequant::apply).
-  using freg = __m256;
-  static freg dequant(reg v, float row_scale, const float* col_scale, const float* bias) {
-    const freg s = _mm256_mul_ps(_mm256_set1_ps(row_scale), _mm256_loadu_ps(col_scale));
-    const freg y = _mm256_mul_ps(_mm256_cvtepi32_ps(v), s);
-    return bias ? _mm256_add_ps(y, _mm256_loadu_ps(bias)) : y;
-  }
-  /// acc + x * y[..] in one rounding.
-  static freg fmadd(float x, const float* y, freg acc) {
-    return _mm256_fmadd_ps(_mm256_set1_ps(x), _mm256_loadu_ps(y), acc);
-  }
-  static freg fzero() { return _mm256_setzero_ps(); }
-  static freg fadd(freg x, freg y) { return _mm256_add_ps(x, y); }
-  static void fstore(float* p, freg v) { _mm256_storeu_ps(p, v); }
+  /// The lanes as float (rounded to nearest), a native float register.
+  static __m256 to_float(reg v) { return _mm256_cvtepi32_ps(v); }
 };
 #define TESSERA_DETAIL_HAVE_INT8_ISA 1
 #endif
