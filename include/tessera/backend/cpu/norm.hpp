@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "../../kernel/norm_problem.hpp"
+#include "../../kernel/reducers.hpp"
 #include "parallel.hpp"
 
 TESSERA_BEGIN_NAMESPACE
@@ -116,26 +117,24 @@ void int8_rows_row(const int8_rows_problem& p, int64_t i) {
   const T* x = p.x + i * p.x_rs;
   const float* keep = p.keep;
   const int64_t c = p.c;
-  // The largest |x * keep|, NaN if any is (as norm's inf-norm): max propagates NaN.
-  float m = 0;
-  const auto take = [&m](float v) {
-    if (m == m && (v != v || v > m)) m = v;
-  };
+  // The largest |x * keep| by norm's inf-norm reducer: NaN if any is.
+  const red::extreme<T, true, true> largest;
+  T m = largest.identity();
   int64_t j = 0;
   if constexpr (simd::available<T>) {
     using V = simd::vec<T>;
     constexpr int W = V::width;
-    V a = V::broadcast(T(0));
+    V a = V::broadcast(m);
     for (; j + W <= c; j += W) {
       V v = V::load(x + j);
       if (keep) v = v * V::load(keep + j);
-      a = max(a, abs(v));
+      a = largest.vstep(a, v);
     }
     alignas(64) T lanes[W];
     a.store(lanes);
-    for (int l = 0; l < W; ++l) take(lanes[l]);
+    for (int l = 0; l < W; ++l) m = largest.combine(m, lanes[l]);
   }
-  for (; j < c; ++j) take(std::fabs(keep ? x[j] * keep[j] : x[j]));
+  for (; j < c; ++j) m = largest.step(m, keep ? x[j] * keep[j] : x[j], j);
   const float step = int8_step{p.top}(m);
   p.steps[i] = step;
   const int8_quantize q{p.top};
