@@ -91,6 +91,22 @@ TESSERA_NOINLINE inline void gemm_micro_int8(int64_t kc, const uint8_t* __restri
     TESSERA_UNROLL(4)
     for (int j = 0; j < NV; ++j) acc[i][j] = isa::zero();
   }
+  // The output tile is written only after the k loop: fetch its lines now, so that their
+  // misses overlap the loop instead of stalling the stores (as gemm_micro_fp does).
+  for (int i = 0; i < mr_eff; ++i) {
+    const void* row = nullptr;
+    int64_t bytes = 0;
+    if (ep.dequant) {
+      row = ep.dequant->out + (i0 + i) * ep.dequant->out_rs + j0;
+      bytes = int64_t{nr_eff} * static_cast<int64_t>(sizeof(float));
+    } else if (c_cs == 1) {
+      row = c + i * c_rs;
+      bytes = int64_t{nr_eff} * static_cast<int64_t>(sizeof(int32_t));
+    }
+    for (int64_t at = 0; at < bytes; at += 64)
+      __builtin_prefetch(static_cast<const char*>(row) + at, 1);
+    if (bytes > 0) __builtin_prefetch(static_cast<const char*>(row) + bytes - 1, 1);
+  }
   const auto same = [](reg v) { return v; };
 #if defined(TESSERA_DETAIL_INT8_NARROW_DOT)
   const auto narrow = [](reg c, reg x, reg y) { return isa::dot4_narrow(c, x, y); };
