@@ -21,6 +21,7 @@
 #include "ops/join.hpp"
 #include "ops/activation.hpp"
 #include "ops/attention.hpp"
+#include "ops/embedding.hpp"
 #include "ops/loss.hpp"
 #include "ops/optim_step.hpp"
 #include "io/print.hpp"
