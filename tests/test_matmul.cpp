@@ -1304,6 +1304,26 @@ TEST(PackedLinear, LayoutAndBatchDims) {
   auto x1 = tt::random_tensor<float>({20}, g);
   EXPECT_EQ(ts::linear(x1, p, bias).to_vector(),
             ts::linear(x1.reshape({1, 20}), p, bias).to_vector());
+  // A few input features' weights from the panels, in the order asked, repeats allowed; and
+  // from bfloat16 panels (two features of a column together, 21: one pair half padding).
+  const auto wb = tt::random_tensor<float>({45, 21}, g).astype<ts::bfloat16>();
+  const auto pb = ts::pack_linear(wb);
+  ASSERT_GT(pb.panel, 0);
+  const std::vector<int64_t> features = {19, 0, 7, 7}, features_b = {20, 0, 13, 13};
+  const auto rows = ts::detail::packed_feature_rows(p, features);
+  const auto rows_b = ts::detail::packed_feature_rows(pb, features_b);
+  ASSERT_EQ(rows.shape(), (ts::Shape{4, 45}));
+  ASSERT_EQ(rows_b.shape(), (ts::Shape{4, 45}));
+  for (int64_t r = 0; r < 4; ++r) {
+    const auto at = static_cast<size_t>(r);
+    EXPECT_EQ(rows.select(0, r).to_vector(), back.select(1, features[at]).to_vector())
+        << "feature " << features[at];
+    EXPECT_EQ(rows_b.select(0, r).to_vector(), wb.select(1, features_b[at]).to_vector())
+        << "bf16 feature " << features_b[at];
+  }
+  EXPECT_EQ(ts::detail::packed_feature_rows(p, {}).shape(), (ts::Shape{0, 45}));
+  EXPECT_THROW((void)ts::detail::packed_feature_rows(p, {20}), ts::index_error);
+  EXPECT_THROW((void)ts::detail::packed_feature_rows(pb, {-1}), ts::index_error);
 }
 
 // int8 weights in panels (four input features of a column together, with column sums): the

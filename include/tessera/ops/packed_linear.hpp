@@ -112,10 +112,16 @@ Tensor<T, B> unpack_linear(const packed_linear<T, B>& p) {
 namespace detail {
 /// Columns `features` of a packed [out, in] weight (rows of its [in, out] transpose), as a
 /// [features.size(), out] tensor: what a product needs of a few input features (int8_linear's
-/// outliers) without unpacking the rest.
+/// outliers) without unpacking the rest. A strided copy per feature: a gather of all of them
+/// by element index (map_kernel::generate) ran slower, its divisions per element costing more
+/// than the copies' calls. Throws index_error for a feature outside [0, in).
 template <class T, class B>
 Tensor<T, B> packed_feature_rows(const packed_linear<T, B>& p,
                                  const std::vector<int64_t>& features) {
+  for (size_t r = 0; r < features.size(); ++r)
+    if (features[r] < 0 || features[r] >= p.in_features)
+      fail<index_error>("packed_feature_rows", "feature ", features[r], " at position ", r,
+                        " is outside [0, ", p.in_features, ")");
   const auto count = static_cast<int64_t>(features.size());
   if (p.panel == 0) return embedding(p.data, from_vector<int64_t, B>(features));
   const int64_t panels = p.data.shape()[0];
