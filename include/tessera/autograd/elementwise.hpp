@@ -35,15 +35,6 @@ void give_summed(const backward_context<T, B>& ctx, size_t i, const Tensor<T, B>
 
 }  // namespace autograd::detail
 
-namespace autograd::detail {
-// Outside namespace fn, whose functor structs (fn::gt) would hide the pack functions from ADL.
-template <class V>
-V relu_grad_pack(V g, V y) {
-  const V zero = V::broadcast(0);
-  return select(gt(y, zero), g, zero);
-}
-}  // namespace autograd::detail
-
 // Derivative functors, g = incoming gradient: simd where the body is plain arithmetic; host-device
 // so that autograd's backward runs on CUDA tensors (the SIMD packs are host-only).
 namespace fn::grad {
@@ -56,7 +47,7 @@ struct relu {
   }
   template <class V>
   requires(!arith<V>) V operator()(V g, V y) const {
-    return autograd::detail::relu_grad_pack(g, y);
+    return where_positive(g, y);  // simd/vec.hpp
   }
 };
 /// g * y * (1 - y), from sigmoid's output y.

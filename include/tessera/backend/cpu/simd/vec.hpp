@@ -184,6 +184,15 @@ inline vec<T> relu(vec<T> x) {
   return max(x, vec<T>::broadcast(T(0)));
 }
 
+/// g where y > 0, else 0 (relu's derivative times g, from relu's output y). Here rather than in
+/// autograd: a mask is a bare vector register, which Clang refuses to pass or return in a
+/// function compiled without the pass's instruction set (an error, not GCC's -Wpsabi note).
+template <simd_element T>
+inline vec<T> where_positive(vec<T> g, vec<T> y) {
+  const vec<T> zero = vec<T>::broadcast(T(0));
+  return select(gt(y, zero), g, zero);
+}
+
 }  // namespace TESSERA_DETAIL_SIMD_NS
 }  // namespace detail::simd
 TESSERA_END_NAMESPACE
