@@ -22,11 +22,12 @@ inline constexpr bool int8_narrow_dot = false;
 #endif
 
 #if defined(TESSERA_DETAIL_HAVE_INT8_ISA)
-/// The k loop of gemm_micro_int8: out[i][j] += dot(prep(broadcast of A's row i), B's vector j)
-/// over the groups of 4 k values. A function of its own, on local accumulators: inlined into
-/// the kernel, GCC (at some tunings, -O3 -march=znver3 among them) and Clang (at -march=native)
-/// kept an accumulator of the narrow kernel in memory, a store and a load per group, and it ran
-/// at 0.7x. One call per tile costs nothing against its 96 or more groups.
+/// The k loop of gemm_micro_int8: out[i][j] = the sum of dot(prep(broadcast of A's row i), B's
+/// vector j) over the groups of 4 k values. A function of its own, on local accumulators:
+/// inlined into the kernel, GCC (at some tunings, -O3 -march=znver3 among them) and Clang (at
+/// -march=native) kept an accumulator of the narrow kernel in memory, a store and a load per
+/// group, and it ran at 0.7x. A call per tile (and the tile's stores to out) is small against
+/// its 96 or more groups.
 template <int MR, int NV, class Prep, class Dot>
 TESSERA_NOINLINE void int8_k_loop(int64_t groups, const uint8_t* __restrict a,
                                   const int8_t* __restrict b, int64_t ldb, int64_t b_ahead,
@@ -37,7 +38,7 @@ TESSERA_NOINLINE void int8_k_loop(int64_t groups, const uint8_t* __restrict a,
   TESSERA_UNROLL(32)
   for (int i = 0; i < MR; ++i) {
     TESSERA_UNROLL(4)
-    for (int j = 0; j < NV; ++j) acc[i][j] = out[i][j];
+    for (int j = 0; j < NV; ++j) acc[i][j] = isa::zero();
   }
   for (int64_t g = 0; g < groups; ++g) {
     __builtin_prefetch(b + b_ahead);
@@ -85,12 +86,7 @@ TESSERA_NOINLINE inline void gemm_micro_int8(int64_t kc, const uint8_t* __restri
   using reg = isa::reg;
   constexpr int NV = NR / isa::lanes;
   static_assert(NR % isa::lanes == 0);
-  reg acc[MR][NV];
-  TESSERA_UNROLL(32)
-  for (int i = 0; i < MR; ++i) {
-    TESSERA_UNROLL(4)
-    for (int j = 0; j < NV; ++j) acc[i][j] = isa::zero();
-  }
+  reg acc[MR][NV];  // set by int8_k_loop
   // The output tile is written only after the k loop: fetch its lines now, so that their
   // misses overlap the loop instead of stalling the stores (as gemm_micro_fp does).
   for (int i = 0; i < mr_eff; ++i) {
